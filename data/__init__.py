@@ -1,0 +1,46 @@
+"""MNIST on disk (idx files) and as MindSpore pipelines."""
+from .idx import (
+    IMAGE_MAGIC,
+    LABEL_MAGIC,
+    SPLIT_FILES,
+    MnistFormatError,
+    read_idx,
+    read_idx_header,
+    validate_mnist_dir,
+    validate_split,
+    write_idx_images,
+    write_idx_labels,
+    write_synthetic_mnist,
+)
+from .mnist import (
+    DEFAULT_DATA_DIR,
+    MNIST_MEAN,
+    MNIST_STD,
+    MNIST_URL,
+    MnistUnavailableError,
+    ensure_mnist,
+    mnist_dataset,
+    mnist_windows,
+)
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "IMAGE_MAGIC",
+    "LABEL_MAGIC",
+    "MNIST_MEAN",
+    "MNIST_STD",
+    "MNIST_URL",
+    "SPLIT_FILES",
+    "MnistFormatError",
+    "MnistUnavailableError",
+    "ensure_mnist",
+    "mnist_dataset",
+    "mnist_windows",
+    "read_idx",
+    "read_idx_header",
+    "validate_mnist_dir",
+    "validate_split",
+    "write_idx_images",
+    "write_idx_labels",
+    "write_synthetic_mnist",
+]

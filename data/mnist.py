@@ -1,0 +1,206 @@
+"""Fetch MNIST and feed it to a network, whole batches or accumulation windows."""
+import numbers
+import os
+import shutil
+import tempfile
+
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from download import download
+from mindspore.dataset import transforms, vision
+
+from .idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, validate_split
+
+MNIST_URL = "https://mindspore-website.obs.cn-north-4.myhuaweicloud.com/notebook/datasets/MNIST_Data.zip"
+DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "MNIST_Data")
+MNIST_MEAN = 0.1307
+MNIST_STD = 0.3081
+
+
+class MnistUnavailableError(RuntimeError):
+    """MNIST is not on disk and could not be downloaded."""
+
+
+def _unavailable_message(url, data_dir, reason):
+    (train_images, train_labels), (test_images, test_labels) = SPLIT_FILES["train"], SPLIT_FILES["test"]
+    return (
+        f"Could not download MNIST from {url} ({reason}).\n"
+        f"Download that zip by hand and unzip it so that {os.path.join(data_dir, 'train')} holds "
+        f"{train_images}, {train_labels} and {os.path.join(data_dir, 'test')} holds "
+        f"{test_images}, {test_labels}; or use --synthetic."
+    )
+
+
+def _extracted_root(folder):
+    # The tutorial's zip wraps everything in a top-level MNIST_Data/ folder;
+    # accept a zip without it too.
+    nested = os.path.join(folder, "MNIST_Data")
+    return nested if os.path.isdir(nested) else folder
+
+
+def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
+    """Return ``data_dir`` once it holds valid MNIST, downloading it if needed.
+
+    Valid files already in ``data_dir/train`` and ``data_dir/test`` are used
+    as they are, without touching the network. Otherwise the zip at ``url``
+    is unpacked into a temporary folder beside ``data_dir``, checked, and
+    only then moved into place, so a failure leaves nothing half-written.
+
+    Raises:
+        MnistUnavailableError: the download failed (offline, bad address,
+            not a zip); the message says how to supply the files by hand.
+        MnistFormatError: the download worked but a file in it is bad.
+
+    Example:
+        >>> train_dir = os.path.join(ensure_mnist(), "train")
+    """
+    try:
+        validate_mnist_dir(data_dir)
+        return data_dir
+    except MnistFormatError:
+        pass
+    parent = os.path.dirname(os.path.abspath(data_dir))
+    os.makedirs(parent, exist_ok=True)
+    # The .tmp suffix keeps a folder left by a killed process out of git.
+    staging = tempfile.mkdtemp(prefix=".MNIST_Data.", suffix=".tmp", dir=parent)
+    try:
+        try:
+            download(url, staging, kind="zip", replace=True, progressbar=False)
+        except Exception as error:
+            # download() wraps the cause in several lines; its last one says what went wrong.
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[-1]
+            raise MnistUnavailableError(_unavailable_message(url, data_dir, reason)) from error
+        root = _extracted_root(staging)
+        try:
+            validate_mnist_dir(root)
+        except MnistFormatError as error:
+            # Name the file as it sits in the zip: the staging folder is about to go.
+            inside_zip = str(error).replace(root + os.sep, "")
+            raise MnistFormatError(f"Bad MNIST zip from {url}, nothing installed: {inside_zip}") from None
+        # One rename per file: each lands complete, and anything else the
+        # user keeps in data_dir is left alone.
+        for split, names in SPLIT_FILES.items():
+            os.makedirs(os.path.join(data_dir, split), exist_ok=True)
+            for name in names:
+                os.replace(os.path.join(root, split, name), os.path.join(data_dir, split, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return data_dir
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _split_size(split_dir):
+    """Number of samples MnistDataset will read from ``split_dir``."""
+    if not os.path.isdir(split_dir):
+        raise ValueError(f"split_dir must be an existing folder, got {split_dir!r}")
+    present = [split for split, (images, _) in SPLIT_FILES.items()
+               if os.path.exists(os.path.join(split_dir, images))]
+    if not present:
+        expected = " or ".join(", ".join(names) for names in SPLIT_FILES.values())
+        raise ValueError(f"split_dir {split_dir!r} holds no MNIST files: expected {expected}")
+    return sum(validate_split(split_dir, split) for split in present)
+
+
+def _sample_order(n, shuffle, seed, num_shards, shard_id):
+    order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
+    if num_shards is None:
+        return order
+    # As MindSpore's own sharding does: wrap around so every shard gets the
+    # same number of samples (ranks must run equally many steps), then deal
+    # the samples out in turn.
+    padded = np.resize(order, -(-n // num_shards) * num_shards)
+    return padded[shard_id::num_shards]
+
+
+def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainder=False,
+                  num_shards=None, shard_id=None):
+    """Batched, normalised MNIST from one split folder (e.g. ``MNIST_Data/train``).
+
+    Columns: ``image`` float32 ``[B, 1, 28, 28]``, scaled to [0, 1] then
+    normalised with MNIST's mean 0.1307 and std 0.3081; ``label`` int32 ``[B]``.
+
+    Args:
+        split_dir: folder holding one split's idx files.
+        batch_size: samples per batch.
+        shuffle: visit samples in a random order.
+        seed: makes the shuffled order reproducible (``None``: a fresh
+            order per call). Pass a different seed each epoch for a new order.
+        drop_remainder: drop the last batch if it is smaller than ``batch_size``.
+        num_shards, shard_id: read only shard ``shard_id`` of ``num_shards``;
+            all shards have ``ceil(n / num_shards)`` samples, and are disjoint
+            when ``num_shards`` divides ``n`` (else some samples repeat).
+
+    Example:
+        >>> train = mnist_dataset("MNIST_Data/train", 32, shuffle=True, seed=0)
+        >>> for images, labels in train.create_tuple_iterator():
+        ...     pass
+    """
+    batch_size = _check_positive_int("batch_size", batch_size)
+    _check_bool("shuffle", shuffle)
+    _check_bool("drop_remainder", drop_remainder)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ValueError(f"seed must be None or a non-negative int, got {seed!r}")
+    if (num_shards is None) != (shard_id is None):
+        raise ValueError(f"num_shards and shard_id go together, got num_shards={num_shards!r}, shard_id={shard_id!r}")
+    if num_shards is not None:
+        num_shards = _check_positive_int("num_shards", num_shards)
+        if isinstance(shard_id, bool) or not isinstance(shard_id, numbers.Integral) \
+                or not 0 <= shard_id < num_shards:
+            raise ValueError(f"shard_id must be an int in [0, {num_shards}), got {shard_id!r}")
+    n = _split_size(split_dir)
+
+    # Our own sampler instead of MnistDataset's shuffle/num_shards: MindSpore
+    # reads its global seed when iteration starts, not when the dataset is
+    # built, and ds.config.set_seed also reseeds `random` and `numpy.random`.
+    order = _sample_order(n, shuffle, seed, num_shards, shard_id)
+    dataset = ds.MnistDataset(split_dir, sampler=ds.SubsetSampler(order.tolist()))
+    dataset = dataset.map([vision.Rescale(1.0 / 255.0, 0.0),
+                           vision.Normalize(mean=(MNIST_MEAN,), std=(MNIST_STD,)),
+                           vision.HWC2CHW()], input_columns="image")
+    dataset = dataset.map(transforms.TypeCast(ms.int32), input_columns="label")
+    return dataset.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def _windows(dataset, accumulate_step):
+    window = []
+    for images, labels in dataset.create_tuple_iterator(num_epochs=1):
+        window.append((images, labels))
+        if len(window) == accumulate_step:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def mnist_windows(split_dir, batch_size, accumulate_step, shuffle=False, seed=None, drop_remainder=False,
+                  num_shards=None, shard_id=None):
+    """One epoch of MNIST as accumulation windows.
+
+    Each window is a list of ``(images, labels)`` Tensor pairs, one per
+    micro-batch, ``accumulate_step`` long except possibly the last one of
+    the epoch, which is yielded, not dropped. A list rather than a stacked
+    array, because the epoch's last micro-batch may be smaller than
+    ``batch_size``. Other arguments are those of :func:`mnist_dataset`;
+    they are checked at the call, not at the first window.
+
+    Example:
+        >>> for window in mnist_windows("MNIST_Data/train", 32, accumulate_step=4, shuffle=True, seed=epoch):
+        ...     for images, labels in window:
+        ...         pass  # one micro-step each, then one update per window
+    """
+    accumulate_step = _check_positive_int("accumulate_step", accumulate_step)
+    dataset = mnist_dataset(split_dir, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
+                            num_shards=num_shards, shard_id=shard_id)
+    return _windows(dataset, accumulate_step)

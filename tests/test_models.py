@@ -1,0 +1,74 @@
+"""The MNIST dense net and its loss."""
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import nn
+
+from models import MnistDenseNet, mnist_loss
+
+
+def _images(batch, seed=0):
+    return ms.Tensor(np.random.default_rng(seed).normal(size=(batch, 1, 28, 28)).astype(np.float32))
+
+
+def test_net_shapes_and_parameters():
+    net = MnistDenseNet()
+    logits = net(_images(3))
+    assert logits.shape == (3, 10) and logits.dtype == ms.float32
+    shapes = {p.name: p.shape for p in net.trainable_params()}
+    # Tutorial-compatible names, so its checkpoints load into this net.
+    assert shapes == {
+        "dense_relu_sequential.0.weight": (512, 784), "dense_relu_sequential.0.bias": (512,),
+        "dense_relu_sequential.2.weight": (512, 512), "dense_relu_sequential.2.bias": (512,),
+        "dense_relu_sequential.4.weight": (10, 512), "dense_relu_sequential.4.bias": (10,),
+    }
+
+
+def test_wide_variant_and_class_count():
+    net = MnistDenseNet(hidden=4096, num_classes=7)
+    assert net(_images(2)).shape == (2, 7)
+    assert sum(int(np.prod(p.shape)) for p in net.trainable_params()) == \
+        784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 7 + 7
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hidden": 0}, "hidden must be a positive int, got 0"),
+    ({"num_classes": 2.5}, "num_classes must be a positive int, got 2.5"),
+    ({"hidden": True}, "hidden must be a positive int, got True"),
+])
+def test_net_rejects_bad_sizes(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MnistDenseNet(**kwargs)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_loss_matches_cross_entropy_loss(reduction):
+    rng = np.random.default_rng(0)
+    logits = ms.Tensor(rng.normal(scale=5.0, size=(16, 10)).astype(np.float32))
+    labels = ms.Tensor(rng.integers(0, 10, 16).astype(np.int32))
+    ours = mnist_loss(reduction)(logits, labels).asnumpy()
+    reference = nn.CrossEntropyLoss(reduction=reduction)(logits, labels).asnumpy()
+    assert ours.shape == reference.shape
+    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-6)
+    # And both are the textbook value, computed in float64.
+    x = logits.asnumpy().astype(np.float64)
+    per_sample = np.log(np.exp(x).sum(axis=1)) - x[np.arange(16), labels.asnumpy()]
+    expected = {"mean": per_sample.mean(), "sum": per_sample.sum(), "none": per_sample}[reduction]
+    np.testing.assert_allclose(ours, expected, rtol=1e-5)
+
+
+def test_loss_rejects_unknown_reduction():
+    with pytest.raises(ValueError, match="reduction must be one of .* got 'avg'"):
+        mnist_loss("avg")
+
+
+def test_one_sgd_step_lowers_the_loss():
+    net = MnistDenseNet(hidden=32)
+    loss_fn = mnist_loss()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    images, labels = _images(8), ms.Tensor(np.arange(8, dtype=np.int32))
+    grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
+    before, grads = grad_fn(images, labels)
+    optimizer(grads)
+    after, _ = grad_fn(images, labels)
+    assert float(after) < float(before)
