@@ -1,0 +1,1 @@
+from accumulator.accumulator import Accumulator

@@ -1,0 +1,71 @@
+"""Small nets, optimizers and reference runs shared by the accumulator tests."""
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn
+
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
+
+
+def make_net(seed=0):
+    """A tiny two-layer classifier with fixed initial weights."""
+    ms.set_seed(seed)
+    return nn.SequentialCell(nn.Dense(6, 8), nn.ReLU(), nn.Dense(8, 3))
+
+
+def make_optimizer(name, params, learning_rate=0.1):
+    """One of OPTIMIZERS over ``params``."""
+    if name == "sgd":
+        return nn.SGD(params, learning_rate)
+    if name == "momentum":
+        return nn.Momentum(params, learning_rate, 0.9)
+    if name == "adam":
+        return nn.Adam(params, learning_rate / 10)
+    if name == "adamw":
+        return nn.AdamWeightDecay(params, learning_rate / 10, weight_decay=0.1)
+    raise ValueError(name)
+
+
+def make_data(samples, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(samples, 6)).astype(np.float32)
+    y = rng.integers(0, 3, samples).astype(np.int32)
+    return x, y
+
+
+def grad_fn_for(net, optimizer, reduction="mean"):
+    """value_and_grad of the cross-entropy of ``net`` w.r.t. the optimizer's parameters."""
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction=reduction)
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    return ms.value_and_grad(forward, None, optimizer.parameters)
+
+
+def large_batch_step(net, optimizer, use_jit=True):
+    """A plain step: gradient of the mean loss of the whole batch, one update."""
+    grad_fn = grad_fn_for(net, optimizer)
+
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        return loss
+
+    return ms.jit(step) if use_jit else step
+
+
+def optimizer_state(optimizer):
+    """Every Parameter the optimizer holds (weights, moments, step), as numpy."""
+    return {name: p.asnumpy().copy() for name, p in optimizer.parameters_and_names()}
+
+
+def assert_states_close(actual, expected, rtol=1e-5, atol=1e-6):
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def split(x, y, sizes):
+    """Consecutive micro-batches of the given sizes, as Tensors."""
+    bounds = np.cumsum([0] + list(sizes))
+    return [(Tensor(x[a:b]), Tensor(y[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]

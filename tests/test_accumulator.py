@@ -1,0 +1,240 @@
+"""The Accumulator equals the large batch, step for step."""
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from accumulator import Accumulator
+from helpers import (OPTIMIZERS, assert_states_close, grad_fn_for, large_batch_step, make_data, make_net,
+                     make_optimizer, optimizer_state, split)
+
+
+@pytest.fixture(params=["graph", "pynative"])
+def mode(request):
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    yield request.param
+    ms.set_context(mode=previous)
+
+
+def accumulated_step(accumulator, grad_fn, use_jit=True, with_count=False):
+    if with_count:
+        def step(x, y, count):
+            loss, grads = grad_fn(x, y)
+            return loss, accumulator(grads, count)
+    else:
+        def step(x, y):
+            loss, grads = grad_fn(x, y)
+            return loss, accumulator(grads)
+    return ms.jit(step) if use_jit else step
+
+
+def reference_state(optimizer_name, batches, learning_rate=0.1, reduction="mean"):
+    """Optimizer state after one plain step per (x, y) large batch."""
+    net = make_net()
+    optimizer = make_optimizer(optimizer_name, net.trainable_params(), learning_rate)
+    step = large_batch_step(net, optimizer)
+    if reduction == "sum":
+        grad_fn = grad_fn_for(net, optimizer, "sum")
+
+        @ms.jit
+        def step(x, y):
+            loss, grads = grad_fn(x, y)
+            optimizer(grads)
+            return loss
+    for x, y in batches:
+        step(Tensor(x), Tensor(y))
+    return optimizer_state(optimizer)
+
+
+@pytest.mark.parametrize("optimizer_name", OPTIMIZERS)
+@pytest.mark.parametrize("accumulate_step", [1, 2, 4])
+def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
+    x, y = make_data(24)
+    windows = [(x[:12], y[:12]), (x[12:], y[12:])]
+    expected = reference_state(optimizer_name, windows)
+
+    net = make_net()
+    optimizer = make_optimizer(optimizer_name, net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
+    micro = 12 // accumulate_step
+    updates = []
+    for window_x, window_y in windows:
+        for data, label in split(window_x, window_y, [micro] * accumulate_step):
+            updates.append(bool(step(data, label)[1]))
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert updates == ([False] * (accumulate_step - 1) + [True]) * 2
+    assert accumulator.updates == 2 and accumulator.window_position == 0
+
+
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_with_and_without_jit(mode, use_jit):
+    x, y = make_data(8)
+    expected = reference_state("momentum", [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer), use_jit=use_jit)
+    for data, label in split(x, y, [4, 4]):
+        step(data, label)
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_uneven_micro_batches_with_counts_equal_large_batch(mode):
+    x, y = make_data(16)
+    expected = reference_state("adam", [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 3)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
+    for data, label in split(x, y, [5, 3, 8]):
+        step(data, label, Tensor(len(data), ms.int32))
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_uneven_micro_batches_without_counts_are_a_mean_of_means():
+    # The mistake count weighting exists to avoid: this must NOT match.
+    x, y = make_data(16)
+    expected = reference_state("sgd", [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    step = accumulated_step(Accumulator(optimizer, 3), grad_fn_for(net, optimizer))
+    for data, label in split(x, y, [5, 3, 8]):
+        step(data, label)
+    actual = optimizer_state(optimizer)
+    assert not all(np.allclose(actual[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected)
+
+
+def test_sum_reduction_applies_the_raw_sum(mode):
+    x, y = make_data(8)
+    expected = reference_state("sgd", [(x, y)], learning_rate=0.01, reduction="sum")
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params(), 0.01)
+    accumulator = Accumulator(optimizer, 2, reduction="sum")
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"))
+    for data, label in split(x, y, [4, 4]):
+        step(data, label)
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+@pytest.mark.parametrize("with_count", [False, True])
+def test_flush_applies_a_partial_window_like_a_step_on_its_data(mode, with_count):
+    x, y = make_data(7)
+    expected = reference_state("momentum", [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    grad_fn = grad_fn_for(net, optimizer, "sum" if with_count else "mean")
+    step = accumulated_step(accumulator, grad_fn, with_count=with_count)
+    flush = ms.jit(accumulator.flush)
+    sizes = [4, 3] if with_count else [4, 4]
+    if not with_count:
+        x, y = make_data(8)
+        expected = reference_state("momentum", [(x, y)])
+    for data, label in split(x, y, sizes):
+        step(data, label, Tensor(len(data), ms.int32)) if with_count else step(data, label)
+    assert accumulator.updates == 0
+    assert bool(flush())
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert accumulator.updates == 1 and accumulator.window_position == 0
+
+
+def test_flush_on_an_empty_window_does_nothing():
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    before = optimizer_state(optimizer)
+    assert not bool(ms.jit(accumulator.flush)())
+    assert_states_close(optimizer_state(optimizer), before, rtol=0, atol=0)
+    assert accumulator.updates == 0
+
+
+def test_incomplete_window_leaves_parameters_and_step_untouched(mode):
+    x, y = make_data(12)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 3)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
+    before = optimizer_state(optimizer)
+    batches = split(x, y, [4, 4, 4])
+    for data, label in batches[:2]:
+        step(data, label)
+    assert_states_close(optimizer_state(optimizer), before, rtol=0, atol=0)
+    assert int(optimizer.global_step.asnumpy()) == 0
+    assert accumulator.window_position == 2
+    assert any(np.abs(b.asnumpy()).max() > 0 for b in accumulator.grad_buffers)
+    step(*batches[2])
+    assert int(optimizer.global_step.asnumpy()) == 1
+    assert all(np.all(b.asnumpy() == 0) for b in accumulator.grad_buffers)
+
+
+def test_learning_rate_list_advances_per_update_not_per_micro_step():
+    x, y = make_data(24)
+    learning_rates = [0.1, 0.02, 0.005]
+    windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(3)]
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rates)
+    step = large_batch_step(net, optimizer)
+    for data, label in windows:
+        step(Tensor(data), Tensor(label))
+    expected = optimizer_state(optimizer)
+
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rates)
+    step = accumulated_step(Accumulator(optimizer, 2), grad_fn_for(net, optimizer))
+    for data, label in windows:
+        for micro in split(data, label, [4, 4]):
+            step(*micro)
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert int(optimizer.global_step.asnumpy()) == 3
+
+
+def test_accumulator_holds_one_buffer_per_parameter():
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    buffer_bytes = sum(b.asnumpy().nbytes for b in accumulator.grad_buffers)
+    param_bytes = sum(p.asnumpy().nbytes for p in optimizer.parameters)
+    state_bytes = sum(p.asnumpy().nbytes for p in accumulator.state_parameters())
+    assert buffer_bytes == param_bytes
+    assert state_bytes - buffer_bytes < 64
+
+
+@pytest.mark.parametrize("accumulate_step", [0, -1, True, 2.5, "2", None])
+def test_bad_accumulate_step_is_rejected(accumulate_step):
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    with pytest.raises(ValueError, match=f"accumulate_step.*{accumulate_step!r}".replace(".", r"\.", 0)):
+        Accumulator(optimizer, accumulate_step)
+
+
+def test_bad_optimizer_and_reduction_are_rejected():
+    net = make_net()
+    with pytest.raises(TypeError, match="optimizer must be a mindspore.nn.Optimizer, got list"):
+        Accumulator(net.trainable_params(), 2)
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    with pytest.raises(ValueError, match="reduction.*'avg'"):
+        Accumulator(optimizer, 2, reduction="avg")
+
+
+def test_mismatched_grads_are_rejected_before_any_state_changes(mode):
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    grads = tuple(ops.ones_like(p) for p in optimizer.parameters)
+    with pytest.raises(ValueError, match="grads holds 3 tensors but the optimizer has 4 parameters"):
+        accumulator(grads[:3])
+    wrong_shape = grads[:1] + (ops.ones((9,), ms.float32),) + grads[2:]
+    with pytest.raises(ValueError, match=r"grads\[1\] has shape \[9\], expected \[8\]"):
+        ms.jit(accumulator.__call__)(wrong_shape)
+    assert accumulator.window_position == 0
+    assert all(np.all(b.asnumpy() == 0) for b in accumulator.grad_buffers)
+
+
+def test_count_with_sum_reduction_is_rejected():
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    accumulator = Accumulator(optimizer, 2, reduction="sum")
+    grads = tuple(ops.ones_like(p) for p in optimizer.parameters)
+    with pytest.raises(ValueError, match="count weighting needs reduction='mean'"):
+        accumulator(grads, Tensor(3, ms.int32))
+    assert accumulator.window_position == 0
