@@ -151,17 +151,29 @@ class Accumulator:
         grads come from a summed loss. Returns a bool Tensor, True when the
         optimizer ran on this call.
         """
-        self._check_grads(grads)
-        weight = self._weight(count)
-        _hyper_map(_add_into, self.grad_buffers, grads)
-        ops.assign_add(self.micro_step, ops.ones((), ms.int32))
-        ops.assign_add(self.weight_total, weight)
+        self.accumulate(grads, count)
         # Branch on the comparison itself and return fresh constants: binding
         # the condition to a name that is also returned makes MindSpore 2.10's
         # graph compiler drop the branch.
         if self.micro_step >= self.window_size:
             return self._apply()
         return _FALSE
+
+    def accumulate(self, grads, count=None):
+        """Adds one micro-batch's ``grads`` to the window and never applies it.
+
+        For loops that decide themselves when to apply (``flush``), such as
+        ``accumulator.window_step``. Returns the position in the window.
+
+        Example:
+            >>> accumulator.accumulate(grads)
+            >>> accumulator.flush()
+        """
+        self._check_grads(grads)
+        weight = self._weight(count)
+        _hyper_map(_add_into, self.grad_buffers, grads)
+        ops.assign_add(self.weight_total, weight)
+        return ops.assign_add(self.micro_step, ops.ones((), ms.int32))
 
     def flush(self):
         """Applies a partial window now, normalised by what it holds.
