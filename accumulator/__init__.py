@@ -1,1 +1,11 @@
+"""Gradient accumulation for MindSpore: a large effective batch on a small device.
+
+Read in this order: ``accumulator`` (the Accumulator), ``schedule`` (how N
+may change), ``state`` (checkpoints).
+"""
 from accumulator.accumulator import Accumulator
+from accumulator.schedule import as_schedule
+from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
+
+__all__ = ["Accumulator", "as_schedule", "CheckpointMismatchError", "load_checkpoint", "save_checkpoint",
+           "training_state"]

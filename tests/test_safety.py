@@ -1,0 +1,148 @@
+"""Clipping, non-finite windows and loss scaling act once per window."""
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+from accumulator import Accumulator
+from helpers import (assert_states_close, grad_fn_for, large_batch_step, make_data, make_net, make_optimizer,
+                     optimizer_state, split)
+
+LEARNING_RATE = 0.1
+
+
+def micro_grads(x, y, sizes):
+    """Each micro-batch's gradient at the initial weights, as numpy."""
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    grad_fn = grad_fn_for(net, optimizer)
+    return [[g.asnumpy() for g in grad_fn(data, label)[1]] for data, label in split(x, y, sizes)]
+
+
+def clip_by_global_norm(grads, clip_norm):
+    norm = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads))
+    return [g * clip_norm / max(norm, clip_norm) for g in grads]
+
+
+def test_clip_acts_once_on_the_window_gradient():
+    x, y = make_data(12)
+    sizes, clip_norm = [4, 4, 4], 0.05
+    initial = [p.asnumpy() for p in make_net().trainable_params()]
+    per_micro = micro_grads(x, y, sizes)
+    window_grad = [np.mean(list(g), axis=0) for g in zip(*per_micro)]
+    expected = [p - LEARNING_RATE * g for p, g in zip(initial, clip_by_global_norm(window_grad, clip_norm))]
+    clipped_per_micro = [clip_by_global_norm(g, clip_norm) for g in per_micro]
+    per_micro_answer = [p - LEARNING_RATE * np.mean(list(g), axis=0)
+                        for p, g in zip(initial, zip(*clipped_per_micro))]
+
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params(), LEARNING_RATE)
+    accumulator = Accumulator(optimizer, 3, clip_norm=clip_norm)
+    grad_fn = grad_fn_for(net, optimizer)
+
+    @ms.jit
+    def step(data, label):
+        return accumulator(grad_fn(data, label)[1])
+
+    for data, label in split(x, y, sizes):
+        step(data, label)
+    actual = [p.asnumpy() for p in optimizer.parameters]
+    for got, want in zip(actual, expected):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # Clipping each micro-step would give another answer, and this test sees it.
+    assert not all(np.allclose(got, other, rtol=1e-5, atol=1e-6) for got, other in zip(actual, per_micro_answer))
+
+
+def test_nonfinite_windows_are_skipped_and_later_windows_train():
+    x, y = make_data(32)
+    x_bad = x.copy()
+    x_bad[9, 0] = np.nan       # window 1 (micro-step 2 of 8)
+    x_bad[21, 3] = np.inf      # window 2 (micro-step 5)
+    windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(4)]
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    step = large_batch_step(net, optimizer)
+    for index in (0, 3):
+        step(Tensor(windows[index][0]), Tensor(windows[index][1]))
+    expected = optimizer_state(optimizer)
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    grad_fn = grad_fn_for(net, optimizer)
+
+    @ms.jit
+    def micro_step(data, label):
+        return accumulator(grad_fn(data, label)[1])
+
+    updated = [bool(micro_step(data, label)) for data, label in split(x_bad, y, [4] * 8)]
+    assert updated == [False, True, False, False, False, False, False, True]
+    assert accumulator.skipped_windows == 2 and accumulator.updates == 2
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert all(np.isfinite(p.asnumpy()).all() for p in optimizer.parameters)
+
+
+def test_nonfinite_check_can_be_turned_off():
+    x, y = make_data(8)
+    x[0, 0] = np.nan
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2, skip_nonfinite=False)
+    grad_fn = grad_fn_for(net, optimizer)
+    for data, label in split(x, y, [4, 4]):
+        accumulator(grad_fn(data, label)[1])
+    assert accumulator.updates == 1 and accumulator.skipped_windows == 0
+    assert not np.isfinite(optimizer.parameters[0].asnumpy()).all()
+
+
+def test_dynamic_loss_scale_moves_once_per_window_and_unscales_exactly():
+    x, y = make_data(40)
+    x_bad = x.copy()
+    x_bad[17, 2] = np.nan      # window 2 of 5 (micro-batches of 4, N=2)
+    windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(5)]
+
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    step = large_batch_step(net, optimizer)
+    for index in (0, 1, 3, 4):
+        step(Tensor(windows[index][0]), Tensor(windows[index][1]))
+    expected = optimizer_state(optimizer)
+
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    scaler = ms.amp.DynamicLossScaler(scale_value=2.0 ** 10, scale_factor=2, scale_window=2)
+    accumulator = Accumulator(optimizer, 2, loss_scaler=scaler)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+    def forward(data, label):
+        return scaler.scale(loss_fn(net(data), label))
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    @ms.jit
+    def micro_step(data, label):
+        return accumulator(grad_fn(data, label)[1])
+
+    scales = []
+    for data, label in split(x_bad, y, [4] * 10):
+        micro_step(data, label)
+        scales.append(float(scaler.scale_value.asnumpy()))
+    # Finite windows count up to scale_window=2 then double; the overflowed
+    # window halves; nothing moves mid-window.
+    assert scales == [1024, 1024, 1024, 2048, 2048, 1024, 1024, 1024, 1024, 2048]
+    assert accumulator.skipped_windows == 1
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+@pytest.mark.parametrize("clip_norm", [0, -1.0, True, "1"])
+def test_bad_clip_norm_is_rejected(clip_norm):
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    with pytest.raises(ValueError, match=f"clip_norm must be a positive number or None, got {clip_norm!r}"):
+        Accumulator(optimizer, 2, clip_norm=clip_norm)
+
+
+def test_bad_loss_scaler_is_rejected():
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    with pytest.raises(TypeError, match="loss_scaler must be a mindspore.amp.LossScaler, got float"):
+        Accumulator(optimizer, 2, loss_scaler=1024.0)

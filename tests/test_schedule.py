@@ -1,0 +1,65 @@
+"""Accumulation schedules: N changes between windows, and each window stays exact."""
+import pytest
+import mindspore as ms
+from mindspore import Tensor, ops
+
+from accumulator import Accumulator
+from accumulator.schedule import as_schedule
+from helpers import (assert_states_close, grad_fn_for, large_batch_step, make_data, make_net, make_optimizer,
+                     optimizer_state, split)
+
+
+def warmup_schedule(update_count):
+    return ops.where(update_count < 2, 1, 3)
+
+
+@pytest.mark.parametrize("accumulate_step", [{0: 1, 2: 3}, warmup_schedule], ids=["dict", "callable"])
+def test_windows_follow_the_schedule_and_equal_their_large_batches(accumulate_step):
+    x, y = make_data(32)
+    window_sizes = [1, 1, 3, 3]
+    bounds = [0, 4, 8, 20, 32]
+    windows = [(x[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    step = large_batch_step(net, optimizer)
+    for data, label in windows:
+        step(Tensor(data), Tensor(label))
+    expected = optimizer_state(optimizer)
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step)
+    grad_fn = grad_fn_for(net, optimizer)
+
+    @ms.jit
+    def micro_step(data, label):
+        return accumulator(grad_fn(data, label)[1])
+
+    seen_sizes = []
+    for (data, label), size in zip(windows, window_sizes):
+        seen_sizes.append(accumulator.accumulate_step)
+        for micro in split(data, label, [4] * size):
+            micro_step(*micro)
+    assert seen_sizes == window_sizes
+    assert accumulator.updates == 4
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_piecewise_schedule_picks_the_last_started_entry():
+    schedule, first = as_schedule({0: 8, 100: 4, 500: 1})
+    assert first == 8
+    assert [int(schedule(Tensor(u, ms.int32)).asnumpy()) for u in (0, 99, 100, 499, 500, 10 ** 6)] == \
+        [8, 8, 4, 4, 1, 1]
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ({5: 2}, "must have an entry for update 0"),
+    ({0: 2, -1: 4}, r"keys must be update counts >= 0, got \[-1, 0\]"),
+    ({0: 0}, r"accumulate_step\[0\] must be a positive int, got 0"),
+    ({}, "must have an entry for update 0"),
+])
+def test_bad_schedules_are_rejected(schedule, message):
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    with pytest.raises(ValueError, match=message):
+        Accumulator(optimizer, schedule)

@@ -1,0 +1,140 @@
+"""Checkpoints resume a run exactly, even mid-window, and refuse what does not fit."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor
+
+from accumulator import Accumulator
+from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
+from helpers import grad_fn_for, make_data, make_net, make_optimizer, optimizer_state
+
+ACCUMULATE_STEP = 3
+MICRO_BATCH = 4
+TOTAL_STEPS = 10
+
+
+def build_run(accumulate_step=ACCUMULATE_STEP, loss_scaler=None):
+    """A net, an Adam optimizer, an accumulator and its jitted micro-step."""
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step, loss_scaler=loss_scaler)
+    grad_fn = grad_fn_for(net, optimizer)
+
+    @ms.jit
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        return accumulator(grads)
+
+    return net, optimizer, accumulator, step
+
+
+def run_steps(step, first, last):
+    x, y = make_data(MICRO_BATCH * TOTAL_STEPS, seed=1)
+    for index in range(first, last):
+        rows = slice(index * MICRO_BATCH, (index + 1) * MICRO_BATCH)
+        step(Tensor(x[rows]), Tensor(y[rows]))
+
+
+def full_state(optimizer, accumulator):
+    state = optimizer_state(optimizer)
+    state.update({p.name: p.asnumpy().copy() for p in accumulator.state_parameters()})
+    return state
+
+
+def assert_identical(actual, expected):
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+RESUME_IN_NEW_PROCESS = """
+import sys, numpy as np
+sys.path[:0] = [{repo!r}, {tests!r}]
+from test_state import build_run, run_steps, full_state, TOTAL_STEPS
+from accumulator.state import load_checkpoint
+net, optimizer, accumulator, step = build_run()
+extra = load_checkpoint({path!r}, net, optimizer, accumulator)
+run_steps(step, extra["next_step"], TOTAL_STEPS)
+np.savez({out!r}, **full_state(optimizer, accumulator))
+"""
+
+
+@pytest.mark.parametrize("saved_at", [5, 6])
+def test_resume_continues_bit_identically(tmp_path, saved_at):
+    # saved_at=5 is mid-window (5 % 3 != 0), 6 at a window boundary.
+    path = str(tmp_path / "run.ckpt")
+    net, optimizer, accumulator, step = build_run()
+    run_steps(step, 0, saved_at)
+    save_checkpoint(path, net, optimizer, accumulator, extra={"next_step": saved_at})
+    assert accumulator.window_position == saved_at % ACCUMULATE_STEP
+    run_steps(step, saved_at, TOTAL_STEPS)
+    uninterrupted = full_state(optimizer, accumulator)
+
+    # The same process, after the step has compiled: restore in place.
+    extra = load_checkpoint(path, net, optimizer, accumulator)
+    assert extra["next_step"] == saved_at
+    assert accumulator.window_position == saved_at % ACCUMULATE_STEP
+    run_steps(step, saved_at, TOTAL_STEPS)
+    assert_identical(full_state(optimizer, accumulator), uninterrupted)
+
+    out = str(tmp_path / "resumed.npz")
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    script = RESUME_IN_NEW_PROCESS.format(repo=os.path.dirname(tests_dir), tests=tests_dir, path=path, out=out)
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+    resumed = dict(np.load(out))
+    assert_identical(resumed, uninterrupted)
+
+
+def test_checkpoint_holds_network_optimizer_and_accumulator_state(tmp_path):
+    net, optimizer, accumulator, step = build_run(loss_scaler=ms.amp.DynamicLossScaler(2.0 ** 8, 2, 10))
+    names = set(training_state(net, optimizer, accumulator, accumulator.loss_scaler))
+    assert {"0.weight", "moment1.0.weight", "global_step", "accumulator.0.weight",
+            "accumulator.micro_step", "accumulator.window_size", "loss_scaler.scale_value"} <= names
+
+
+def test_mismatched_checkpoint_raises_and_changes_nothing(tmp_path):
+    path = str(tmp_path / "run.ckpt")
+    net, optimizer, accumulator, step = build_run(accumulate_step=3)
+    run_steps(step, 0, 4)
+    save_checkpoint(path, net, optimizer, accumulator)
+
+    other_net, other_optimizer, other_accumulator, other_step = build_run(accumulate_step=2)
+    run_steps(other_step, 0, 1)
+    before = full_state(other_optimizer, other_accumulator)
+    with pytest.raises(CheckpointMismatchError, match="window_size is 3.*gives 2"):
+        load_checkpoint(path, other_net, other_optimizer, other_accumulator)
+    assert_identical(full_state(other_optimizer, other_accumulator), before)
+
+    deeper = ms.nn.SequentialCell(ms.nn.Dense(6, 16), ms.nn.ReLU(), ms.nn.Dense(16, 3), ms.nn.ReLU(),
+                                  ms.nn.Dense(3, 3))
+    with pytest.raises(CheckpointMismatchError, match=r"0.weight has shape \(8, 6\), expected \(16, 6\).*4.weight is missing"):
+        load_checkpoint(path, deeper, make_optimizer("sgd", deeper.trainable_params()))
+
+    half = make_net()
+    half.to_float(ms.float16)
+    for param in half.trainable_params():
+        param.set_dtype(ms.float16)
+    with pytest.raises(CheckpointMismatchError, match="0.weight has dtype Float32, expected Float16"):
+        load_checkpoint(path, half, make_optimizer("sgd", half.trainable_params()))
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = str(tmp_path / "run.ckpt")
+    net, optimizer, accumulator, step = build_run()
+    save_checkpoint(path, net, optimizer, accumulator, extra={"next_step": 0})
+    original = open(path, "rb").read()
+
+    def crash(save_obj, ckpt_file_name, **kwargs):
+        with open(ckpt_file_name, "wb") as half_written:
+            half_written.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ms, "save_checkpoint", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, net, optimizer, accumulator, extra={"next_step": 1})
+    assert open(path, "rb").read() == original
+    assert os.listdir(tmp_path) == ["run.ckpt"]
