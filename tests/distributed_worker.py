@@ -1,0 +1,71 @@
+"""One rank of the two-worker data-parallel test (started by msrun from test_distributed.py).
+
+Each rank trains on its own interleaved shard, once with equal micro-batches
+("mean") and once with micro-batches of different sizes per rank, which
+count weighting keeps exact ("count").
+"""
+import sys
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor, ops
+from mindspore.communication import get_rank, init
+
+from accumulator import Accumulator
+from accumulator.distributed import WindowAllReduce
+from helpers import grad_fn_for, make_data, make_net, make_optimizer
+
+ACCUMULATE_STEP = 2
+WINDOWS = 3
+
+
+@ms.jit_class
+class CountingAllReduce(WindowAllReduce):
+    """WindowAllReduce that also counts its calls in a Parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = Parameter(Tensor(0, ms.int32), name="calls", requires_grad=False)
+
+    def __call__(self, tensors):
+        ops.assign_add(self.calls, ops.ones((), ms.int32))
+        return super().__call__(tensors)
+
+
+def micro_batch_rows(rank, micro_step, sizes):
+    """Rows of rank's micro-batch: the ranks take turns along the data."""
+    start = sum(sizes) * micro_step + sum(sizes[:rank])
+    return slice(start, start + sizes[rank])
+
+
+def train(weighting, out_prefix):
+    rank = get_rank()
+    sizes = (4, 4) if weighting == "mean" else (5, 3)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    reducer = CountingAllReduce()
+    accumulator = Accumulator(optimizer, ACCUMULATE_STEP, grad_reducer=reducer)
+    grad_fn = grad_fn_for(net, optimizer, "mean" if weighting == "mean" else "sum")
+
+    @ms.jit
+    def step(x, y, count):
+        grads = grad_fn(x, y)[1]
+        if weighting == "mean":
+            return accumulator(grads)
+        return accumulator(grads, count)
+
+    x, y = make_data(sum(sizes) * ACCUMULATE_STEP * WINDOWS)
+    for micro_step in range(ACCUMULATE_STEP * WINDOWS):
+        rows = micro_batch_rows(rank, micro_step, sizes)
+        step(Tensor(x[rows]), Tensor(y[rows]), Tensor(sizes[rank], ms.int32))
+    state = {name: p.asnumpy() for name, p in optimizer.parameters_and_names()}
+    np.savez(f"{out_prefix}{weighting}{rank}.npz", allreduce_calls=reducer.calls.asnumpy(), **state)
+
+
+if __name__ == "__main__":
+    ms.set_context(mode=ms.GRAPH_MODE)
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    # Both weightings in one launch: starting msrun costs more than training.
+    for weighting in ("mean", "count"):
+        train(weighting, sys.argv[1])

@@ -1,0 +1,63 @@
+"""Two CPU workers under msrun equal one process training on their union."""
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mindspore import Tensor
+
+from distributed_worker import ACCUMULATE_STEP, WINDOWS
+from helpers import assert_states_close, large_batch_step, make_data, make_net, make_optimizer, optimizer_state
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS_DIR)
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def rank_results(tmp_path_factory):
+    """Each weighting's final state on rank 0 and rank 1, from one msrun launch."""
+    tmp_path = tmp_path_factory.mktemp("msrun")
+    env = dict(os.environ)
+    # msrun starts the `python` found on PATH: make it this interpreter.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, TESTS_DIR, env.get("PYTHONPATH", "")])
+    command = ["msrun", "--worker_num=2", "--local_worker_num=2", "--master_addr=127.0.0.1",
+               f"--master_port={free_port()}", "--join=True", f"--log_dir={tmp_path / 'logs'}",
+               os.path.join(TESTS_DIR, "distributed_worker.py"), str(tmp_path / "rank_")]
+    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    logs = "".join(open(tmp_path / "logs" / name).read()[-2000:] for name in sorted(os.listdir(tmp_path / "logs")))
+    assert result.returncode == 0, logs
+    return {weighting: [dict(np.load(tmp_path / f"rank_{weighting}{rank}.npz")) for rank in (0, 1)]
+            for weighting in ("mean", "count")}
+
+
+def single_process_reference(samples_per_window):
+    x, y = make_data(samples_per_window * WINDOWS)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    step = large_batch_step(net, optimizer)
+    for window in range(WINDOWS):
+        rows = slice(window * samples_per_window, (window + 1) * samples_per_window)
+        step(Tensor(x[rows]), Tensor(y[rows]))
+    return optimizer_state(optimizer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weighting, sizes", [("mean", (4, 4)), ("count", (5, 3))])
+def test_two_workers_equal_one_process_on_their_union(rank_results, weighting, sizes):
+    ranks = rank_results[weighting]
+    for rank in ranks:
+        # One AllReduce per window, not one per micro-step.
+        assert int(rank.pop("allreduce_calls")) == WINDOWS
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
+    expected = single_process_reference(sum(sizes) * ACCUMULATE_STEP)
+    assert_states_close(ranks[0], expected)
