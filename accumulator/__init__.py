@@ -10,5 +10,5 @@ from accumulator.distributed import WindowAllReduce
 from accumulator.schedule import as_schedule
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 
-__all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule", "CheckpointMismatchError", "load_checkpoint", "save_checkpoint",
-           "training_state"]
+__all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule",
+           "CheckpointMismatchError", "load_checkpoint", "save_checkpoint", "training_state"]
