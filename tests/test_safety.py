@@ -146,3 +146,26 @@ def test_bad_loss_scaler_is_rejected():
     optimizer = make_optimizer("sgd", make_net().trainable_params())
     with pytest.raises(TypeError, match="loss_scaler must be a mindspore.amp.LossScaler, got float"):
         Accumulator(optimizer, 2, loss_scaler=1024.0)
+
+
+def test_static_loss_scale_is_unscaled_once_per_window():
+    x, y = make_data(16)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    large_batch_step(net, optimizer)(Tensor(x), Tensor(y))
+    expected = optimizer_state(optimizer)
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
+    accumulator = Accumulator(optimizer, 4, loss_scaler=scaler)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+    def forward(data, label):
+        return scaler.scale(loss_fn(net(data), label))
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    accumulate = ms.jit(accumulator.__call__)
+    for data, label in split(x, y, [4] * 4):
+        accumulate(grad_fn(data, label)[1])
+    assert_states_close(optimizer_state(optimizer), expected)
