@@ -9,6 +9,7 @@ from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
 from accumulator.schedule import as_schedule
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
+from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule",
            "CheckpointMismatchError", "load_checkpoint", "save_checkpoint", "training_state"]

@@ -1,0 +1,176 @@
+"""The window step equals the per-micro-step Accumulator, window for window."""
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Tensor
+
+from accumulator import Accumulator
+from accumulator.window import make_window_step
+from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
+
+
+@pytest.fixture(params=["graph", "pynative"])
+def mode(request):
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    yield request.param
+    ms.set_context(mode=previous)
+
+
+def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="adam", **accumulator_args):
+    """Reference: one jitted call per micro-batch, a flush after each short window.
+
+    Returns (optimizer state, per-window losses, per-window updated flags, accumulator).
+    """
+    net = make_net()
+    optimizer = make_optimizer(optimizer_name, net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step, **accumulator_args)
+    grad_fn = grad_fn_for(net, optimizer, "mean" if counts is None else "sum")
+
+    @ms.jit
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        return loss, accumulator(grads)
+
+    @ms.jit
+    def counted_step(x, y, count):
+        loss, grads = grad_fn(x, y)
+        return loss, accumulator(grads, count)
+
+    flush = ms.jit(accumulator.flush)
+    losses, updated = [], []
+    for index, window in enumerate(windows):
+        window_losses, flags = [], []
+        for position, (x, y) in enumerate(window):
+            if counts is None:
+                loss, flag = step(x, y)
+            else:
+                loss, flag = counted_step(x, y, Tensor(counts[index][position], ms.float32))
+            window_losses.append(float(loss))
+            flags.append(bool(flag))
+        if len(window) < accumulate_step:
+            flags.append(bool(flush()))
+        losses.append(window_losses)
+        updated.append(any(flags))
+    return optimizer_state(optimizer), losses, updated, accumulator
+
+
+def window_step_run(windows, accumulate_step, counts=None, stacked=True, optimizer_name="adam",
+                    **accumulator_args):
+    """The same windows through make_window_step; same return values."""
+    net = make_net()
+    optimizer = make_optimizer(optimizer_name, net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step, **accumulator_args)
+    grad_fn = grad_fn_for(net, optimizer, "mean" if counts is None else "sum")
+    window_step = make_window_step(grad_fn, accumulator)
+    losses, updated = [], []
+    for index, window in enumerate(windows):
+        window_counts = None if counts is None else counts[index]
+        if stacked:
+            xs = ms.ops.stack([x for x, _ in window])
+            ys = ms.ops.stack([y for _, y in window])
+            window_losses, flag = window_step(xs, ys, counts=window_counts)
+        else:
+            window_losses, flag = window_step(window, counts=window_counts)
+        assert window_losses.shape == (len(window),)
+        losses.append(window_losses.asnumpy().tolist())
+        updated.append(bool(flag))
+    return optimizer_state(optimizer), losses, updated, accumulator
+
+
+def make_windows(sizes_per_window, seed=0):
+    """Windows of consecutive micro-batches of the given sizes."""
+    x, y = make_data(sum(map(sum, sizes_per_window)), seed)
+    batches = split(x, y, [size for sizes in sizes_per_window for size in sizes])
+    windows, start = [], 0
+    for sizes in sizes_per_window:
+        windows.append(batches[start:start + len(sizes)])
+        start += len(sizes)
+    return windows
+
+
+def assert_same_runs(actual, expected):
+    assert_states_close(actual[0], expected[0])
+    for got, want in zip(actual[1], expected[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert actual[2] == expected[2]
+    assert actual[3].updates == expected[3].updates
+    assert actual[3].window_position == 0
+
+
+@pytest.mark.parametrize("accumulate_step", [1, 4, 16])
+def test_window_step_equals_per_micro_step_with_a_short_last_window(mode, accumulate_step):
+    sizes = [[2] * accumulate_step] * 3
+    if accumulate_step > 1:
+        sizes.append([2] * (accumulate_step // 2))
+    windows = make_windows(sizes)
+    expected = per_micro_step_run(windows, accumulate_step)
+    actual = window_step_run(windows, accumulate_step)
+    assert_same_runs(actual, expected)
+    assert actual[2] == [True] * len(windows)
+
+
+def test_uneven_last_micro_batch_with_counts_is_exact(mode):
+    # An epoch's end as mnist_windows yields it: a full window, then one
+    # whose last micro-batch is smaller. Count weighting makes it exact.
+    windows = make_windows([[4, 4, 4, 4], [4, 4, 3]])
+    counts = [[len(x) for x, _ in window] for window in windows]
+    expected = per_micro_step_run(windows, 4, counts=counts)
+    actual = window_step_run(windows, 4, counts=counts, stacked=False)
+    assert_same_runs(actual, expected)
+
+    # And the update is the large batch's: one plain step on all 11 samples.
+    x = np.concatenate([b.asnumpy() for b, _ in windows[1]])
+    y = np.concatenate([b.asnumpy() for _, b in windows[1]])
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    grad_fn = grad_fn_for(net, optimizer)
+    x0 = np.concatenate([b.asnumpy() for b, _ in windows[0]])
+    y0 = np.concatenate([b.asnumpy() for _, b in windows[0]])
+    for data, label in [(x0, y0), (x, y)]:
+        optimizer(grad_fn(Tensor(data), Tensor(label))[1])
+    assert_states_close(actual[0], optimizer_state(optimizer))
+
+
+def test_list_of_equal_micro_batches_and_counts_given_as_a_slice():
+    # A counts Tensor that is a slice of a larger one is a view; MindSpore
+    # 2.10 misreads a view passed straight into a compiled while loop.
+    windows = make_windows([[3, 3, 3], [3, 3, 3]])
+    all_counts = Tensor(np.array([3, 3, 3, 3, 3, 3, 99], np.float32))
+    expected = per_micro_step_run(windows, 3, counts=[[3] * 3] * 2)
+    actual = window_step_run(windows, 3, counts=[all_counts[0:3], all_counts[3:6]], stacked=False)
+    assert_same_runs(actual, expected)
+
+
+def test_clip_norm_and_a_nonfinite_micro_batch_skip_exactly_that_window(mode):
+    windows = make_windows([[4] * 4] * 3)
+    x, y = windows[1][2]
+    poisoned = x.asnumpy().copy()
+    poisoned[0, 0] = np.nan
+    windows[1][2] = (Tensor(poisoned), y)
+    args = dict(clip_norm=0.05, skip_nonfinite=True, optimizer_name="momentum")
+    expected = per_micro_step_run(windows, 4, **args)
+    actual = window_step_run(windows, 4, **args)
+    assert_states_close(actual[0], expected[0])
+    assert actual[2] == expected[2] == [True, False, True]
+    assert actual[3].skipped_windows == 1 and actual[3].updates == 2
+    np.testing.assert_allclose(actual[1], expected[1], rtol=1e-5, atol=1e-6)
+    assert all(np.all(b.asnumpy() == 0) for b in actual[3].grad_buffers)
+
+
+def test_bad_windows_are_rejected_before_any_state_changes():
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    window_step = make_window_step(grad_fn_for(net, optimizer, "sum"), accumulator)
+    x, y = make_data(12)
+    xs, ys = Tensor(x.reshape(3, 4, 6)), Tensor(y.reshape(3, 4))
+    with pytest.raises(ValueError, match="at most accumulate_step=2 micro-batches, got 3"):
+        window_step(xs, ys)
+    with pytest.raises(ValueError, match=r"counts must hold one number per micro-batch, shape \[2\]"):
+        window_step(xs[:2], ys[:2], counts=[4, 4, 4])
+    with pytest.raises(ValueError, match="same leading size"):
+        window_step(xs[:2], ys[:1])
+    with pytest.raises(ValueError, match="at least one micro-batch"):
+        window_step([])
+    assert accumulator.window_position == 0 and accumulator.updates == 0
