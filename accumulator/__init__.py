@@ -2,7 +2,8 @@
 
 Read in this order: ``accumulator`` (the Accumulator), ``schedule`` (how N
 may change), ``state`` (checkpoints), ``cell`` (``mindspore.train.Model``),
-``distributed`` (one AllReduce per window).
+``distributed`` (one AllReduce per window), ``window`` (a whole window per
+compiled call).
 """
 from accumulator.accumulator import Accumulator
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
@@ -12,4 +13,4 @@ from accumulator.state import CheckpointMismatchError, load_checkpoint, save_che
 from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule",
-           "CheckpointMismatchError", "load_checkpoint", "save_checkpoint", "training_state"]
+           "CheckpointMismatchError", "load_checkpoint", "make_window_step", "save_checkpoint", "training_state"]

@@ -163,7 +163,7 @@ class Accumulator:
         """Adds one micro-batch's ``grads`` to the window and never applies it.
 
         For loops that decide themselves when to apply (``flush``), such as
-        ``accumulator.window_step``. Returns the position in the window.
+        ``accumulator.window.make_window_step``. Returns the position in the window.
 
         Example:
             >>> accumulator.accumulate(grads)
