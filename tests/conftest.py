@@ -23,3 +23,17 @@ def synthetic_mnist_dir(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("synthetic_mnist"))
     write_synthetic_mnist(folder, n_train=SYNTHETIC_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
     return folder
+
+
+SYNTHETIC_EVEN_TRAIN = 192
+
+
+@pytest.fixture(scope="session")
+def synthetic_mnist_even_dir(tmp_path_factory):
+    """Like ``synthetic_mnist_dir`` but with 192 train samples: whole batches of 32, 64 and 96.
+
+    Session-wide and shared: copy it before changing anything in it.
+    """
+    folder = str(tmp_path_factory.mktemp("synthetic_mnist_even"))
+    write_synthetic_mnist(folder, n_train=SYNTHETIC_EVEN_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
+    return folder
