@@ -1,4 +1,9 @@
-"""Small nets, optimizers and reference runs shared by the accumulator tests."""
+"""Small nets, optimizers, reference runs and an msrun launcher shared by the tests."""
+import os
+import socket
+import subprocess
+import sys
+
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
@@ -69,3 +74,20 @@ def split(x, y, sizes):
     """Consecutive micro-batches of the given sizes, as Tensors."""
     bounds = np.cumsum([0] + list(sizes))
     return [(Tensor(x[a:b]), Tensor(y[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def run_msrun(script_and_args, log_dir, cwd, workers=2):
+    """Runs ``script_and_args`` on ``workers`` local CPU ranks under msrun; returns (returncode, log tails)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ)
+    # msrun starts the `python` found on PATH: make it this interpreter.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(tests_dir), tests_dir, env.get("PYTHONPATH", "")])
+    command = ["msrun", f"--worker_num={workers}", f"--local_worker_num={workers}", "--master_addr=127.0.0.1",
+               f"--master_port={port}", "--join=True", f"--log_dir={log_dir}", *script_and_args]
+    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    logs = {name: open(os.path.join(log_dir, name)).read() for name in sorted(os.listdir(log_dir))}
+    return result.returncode, logs

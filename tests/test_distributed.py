@@ -1,40 +1,24 @@
 """Two CPU workers under msrun equal one process training on their union."""
 import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from mindspore import Tensor
 
 from distributed_worker import ACCUMULATE_STEP, WINDOWS
-from helpers import assert_states_close, large_batch_step, make_data, make_net, make_optimizer, optimizer_state
+from helpers import (assert_states_close, large_batch_step, make_data, make_net, make_optimizer, optimizer_state,
+                     run_msrun)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(TESTS_DIR)
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def rank_results(tmp_path_factory):
     """Each weighting's final state on rank 0 and rank 1, from one msrun launch."""
     tmp_path = tmp_path_factory.mktemp("msrun")
-    env = dict(os.environ)
-    # msrun starts the `python` found on PATH: make it this interpreter.
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, TESTS_DIR, env.get("PYTHONPATH", "")])
-    command = ["msrun", "--worker_num=2", "--local_worker_num=2", "--master_addr=127.0.0.1",
-               f"--master_port={free_port()}", "--join=True", f"--log_dir={tmp_path / 'logs'}",
-               os.path.join(TESTS_DIR, "distributed_worker.py"), str(tmp_path / "rank_")]
-    result = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    logs = "".join(open(tmp_path / "logs" / name).read()[-2000:] for name in sorted(os.listdir(tmp_path / "logs")))
-    assert result.returncode == 0, logs
+    returncode, logs = run_msrun([os.path.join(TESTS_DIR, "distributed_worker.py"), str(tmp_path / "rank_")],
+                                 tmp_path / "logs", tmp_path)
+    assert returncode == 0, "".join(log[-2000:] for log in logs.values())
     return {weighting: [dict(np.load(tmp_path / f"rank_{weighting}{rank}.npz")) for rank in (0, 1)]
             for weighting in ("mean", "count")}
 

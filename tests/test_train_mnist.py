@@ -16,6 +16,7 @@ import pytest
 import mindspore as ms
 
 from data.idx import SPLIT_FILES
+from helpers import run_msrun
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_mnist.py")
@@ -122,6 +123,38 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, case, fixture,
         np.testing.assert_allclose(accumulated_state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     moved = max(np.abs(large_state[name] - start).max() for name, start in initial_weights(data_dir).items())
     assert moved > 1e-3
+
+
+@pytest.mark.parametrize("accumulate_step", ["2", "4"])
+def test_window_step_trains_like_the_per_micro_step_loop(synthetic_mnist_dir, accumulate_step):
+    # 200 samples in 32-batches: the last window is short and its last batch holds 8.
+    common = ["--epochs", "2", "--lr", "0.1", "--batch-size", "32", "--accumulate-step", accumulate_step]
+    per_micro_step, expected = train(synthetic_mnist_dir, *common)
+    window, actual = train(synthetic_mnist_dir, *common, "--window-step")
+    assert window["updates"] == per_micro_step["updates"]
+    assert window["final_train_loss"] == pytest.approx(per_micro_step["final_train_loss"], rel=1e-5)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_mnist_dir, tmp_path):
+    # Rank r reads samples r, r+2, ...: a window of 2 x 16 per rank covers the
+    # same 64 samples as one 64-batch, and the short last windows (4 + 4 and 8) too.
+    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.1", "--no-shuffle"]
+    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "16", "--accumulate-step", "2",
+                                  "--ckpt-dir", str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
+    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
+    rank0, rank1 = (log for name, log in logs.items() if name.startswith("worker_"))
+    assert "effective 64" in rank0 and "epoch 1/1: train loss" in rank0
+    assert "epoch 1/1: train loss" not in rank1   # only rank 0 prints
+    assert os.listdir(tmp_path / "ckpt") == ["epoch_001.ckpt"]
+
+    single, expected = train(synthetic_mnist_dir, *common[2:], "--batch-size", "64", "--accumulate-step", "1")
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    assert int(saved["accumulator.update_count"].asnumpy()) == single["updates"] == 4
+    for name, value in expected.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir):
