@@ -63,36 +63,26 @@ class TrainingError(RuntimeError):
 
 # ---------------------------------------------------------------- command line
 
-def positive_int(text):
-    """argparse type: an int >= 1.
+def int_at_least(minimum, description):
+    """argparse type factory: an int >= ``minimum``, described in errors as ``description``.
 
     Example:
-        >>> positive_int("32")
+        >>> int_at_least(1, "a positive integer")("32")
         32
     """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {description}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {description}, got {value}")
+        return value
+    return parse
 
 
-def non_negative_int(text):
-    """argparse type: an int >= 0.
-
-    Example:
-        >>> non_negative_int("0")
-        0
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
+positive_int = int_at_least(1, "a positive integer")
+non_negative_int = int_at_least(0, "a non-negative integer")
 
 
 def positive_float(text):

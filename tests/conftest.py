@@ -1,14 +1,8 @@
-"""Shared fixtures; puts the repository root on sys.path so tests import its packages."""
-import os
-import sys
-
+"""Shared fixtures. pytest.ini puts the repository root on sys.path, so tests import its packages."""
+import mindspore as ms
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
-
-from data.idx import write_synthetic_mnist  # noqa: E402  (needs the path above)
+from data.idx import write_synthetic_mnist
 
 SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
@@ -37,3 +31,12 @@ def synthetic_mnist_even_dir(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("synthetic_mnist_even"))
     write_synthetic_mnist(folder, n_train=SYNTHETIC_EVEN_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
     return folder
+
+
+@pytest.fixture(params=["graph", "pynative"])
+def mode(request):
+    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE, then restores the mode."""
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    yield request.param
+    ms.set_context(mode=previous)

@@ -9,14 +9,6 @@ from helpers import (OPTIMIZERS, assert_states_close, grad_fn_for, large_batch_s
                      make_optimizer, optimizer_state, split)
 
 
-@pytest.fixture(params=["graph", "pynative"])
-def mode(request):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
-    yield request.param
-    ms.set_context(mode=previous)
-
-
 def accumulated_step(accumulator, grad_fn, use_jit=True, with_count=False):
     if with_count:
         def step(x, y, count):

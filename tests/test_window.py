@@ -9,14 +9,6 @@ from accumulator.window import make_window_step
 from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
 
 
-@pytest.fixture(params=["graph", "pynative"])
-def mode(request):
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
-    yield request.param
-    ms.set_context(mode=previous)
-
-
 def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="adam", **accumulator_args):
     """Reference: one jitted call per micro-batch, a flush after each short window.
 
