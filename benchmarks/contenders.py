@@ -1,0 +1,294 @@
+"""What the benchmark compares: one builder per contender, registered by name.
+
+A builder takes the worker's spec (``hidden``, ``batch`` B, ``accumulate`` N,
+``mode``) and returns a ``Runner``: a no-argument ``step`` that trains on one
+call's worth of fixed synthetic data, how many samples one call consumes, and
+the bytes of extra state the contender keeps. To add a row, write a builder
+and ``register`` it; nothing else changes.
+
+MindSpore is imported inside the builders so the parent process (which only
+schedules workers) never pays for it.
+"""
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Callable, Tuple
+
+
+@dataclass
+class Runner:
+    """One contender ready to time.
+
+    Example:
+        >>> Runner(step=lambda: None, samples_per_call=32, state_bytes=0, param_bytes=4).samples_per_call
+        32
+    """
+    step: Callable
+    samples_per_call: int
+    state_bytes: int
+    param_bytes: int
+    sync: Callable = None  # waits until queued device work is done
+
+
+@dataclass
+class Contender:
+    name: str
+    doc: str
+    build: Callable
+    framework: str = "mindspore"
+    modes: Tuple[str, ...] = ("graph", "pynative")
+    available: Callable = field(default=lambda: True)
+    experiment: bool = False  # design experiments run only with --experiments
+
+
+CONTENDERS = {}
+
+
+def register(name, doc, framework="mindspore", modes=("graph", "pynative"), available=lambda: True,
+             experiment=False):
+    """Decorator adding a builder to ``CONTENDERS``.
+
+    Example:
+        >>> @register("my_row", "what it measures", modes=("graph",))
+        ... def build_my_row(spec):
+        ...     return Runner(step=lambda: None, samples_per_call=spec["batch"], state_bytes=0, param_bytes=1)
+        >>> "my_row" in CONTENDERS
+        True
+    """
+    def decorate(build):
+        CONTENDERS[name] = Contender(name, doc, build, framework, tuple(modes), available, experiment)
+        return build
+    return decorate
+
+
+def available_contenders(experiments=False):
+    """Names of the registered contenders whose dependencies are importable here.
+
+    Example:
+        >>> available_contenders()[:3]
+        ['plain_micro', 'plain_full', 'accumulator']
+    """
+    return [name for name, contender in CONTENDERS.items()
+            if (experiments or not contender.experiment) and contender.available()]
+
+
+# --------------------------------------------------------------------------- MindSpore
+
+def _setup(spec):
+    """Net, SGD optimizer, loss and fixed data of ``rows`` samples, as the worker's spec says."""
+    import numpy as np
+    import mindspore as ms
+    from mindspore import Tensor, nn
+    from models.mnist import MnistDenseNet, mnist_loss
+
+    ms.set_seed(0)
+    net = MnistDenseNet(hidden=spec["hidden"])
+    # Plain SGD: the cheapest update, so any per-micro-step overhead of an
+    # accumulator shows at its largest.
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
+    rng = np.random.default_rng(0)
+
+    def data(rows):
+        return (Tensor(rng.normal(size=(rows, 1, 28, 28)).astype(np.float32)),
+                Tensor(rng.integers(0, 10, rows).astype(np.int32)))
+
+    return net, optimizer, mnist_loss(), data
+
+
+def _jit(spec, fn):
+    import mindspore as ms
+    return ms.jit(fn) if spec["mode"] == "graph" else fn
+
+
+def _nbytes(params):
+    return int(sum(p.size * p.itemsize for p in params))
+
+
+def _ms_sync():
+    import mindspore as ms
+    ms.runtime.synchronize()
+
+
+def _plain(spec, rows):
+    import mindspore as ms
+    net, optimizer, loss_fn, data = _setup(spec)
+    # Named functions only: the graph parser rejects lambdas not on a line of their own.
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        return loss
+
+    step, (x, y) = _jit(spec, step), data(rows)
+    return Runner(lambda: step(x, y), rows, 0, _nbytes(optimizer.parameters), _ms_sync)
+
+
+@register("plain_micro", "(1) plain step at micro-batch B, no accumulation")
+def build_plain_micro(spec):
+    return _plain(spec, spec["batch"])
+
+
+@register("plain_full", "(2) plain step at the full batch N x B")
+def build_plain_full(spec):
+    return _plain(spec, spec["batch"] * spec["accumulate"])
+
+
+def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False):
+    """A train step feeding one micro-batch's gradients to an accumulator object."""
+    import mindspore as ms
+    net, optimizer, loss_fn, data = _setup(spec)
+    accumulator = make_accumulator(optimizer, spec["accumulate"])
+    scale = 1.0 / spec["accumulate"] if divide_loss else 1.0
+
+    def forward(x, y):
+        return loss_fn(net(x), y) * scale
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        if pass_loss:  # a Python constant: the graph keeps one branch
+            return accumulator(loss, grads)
+        return accumulator(grads)
+
+    step, (x, y) = _jit(spec, step), data(spec["batch"])
+    return Runner(lambda: step(x, y), spec["batch"], _nbytes(_state_of(accumulator)),
+                  _nbytes(optimizer.parameters), _ms_sync)
+
+
+def _state_of(accumulator):
+    """The accumulator's own Parameters (not the optimizer's or the net's)."""
+    from mindspore import Parameter
+    if hasattr(accumulator, "state_parameters"):
+        return accumulator.state_parameters()
+    if hasattr(accumulator, "get_parameters"):  # a Cell: skip its optimizer's
+        own = {id(p) for p in accumulator.optimizer.get_parameters()}
+        return [p for p in accumulator.get_parameters() if id(p) not in own]
+    found = []
+    for value in vars(accumulator).values():
+        if isinstance(value, Parameter):
+            found.append(value)
+        elif isinstance(value, (tuple, list)) and all(isinstance(v, Parameter) for v in value):
+            found.extend(value)
+    return [p for p in found if id(p) not in {id(q) for q in accumulator.optimizer.parameters}]
+
+
+@register("accumulator", "(3) this project's Accumulator, B x N")
+def build_accumulator(spec):
+    from accumulator import Accumulator
+    return _accumulating(spec, Accumulator)
+
+
+@register("tutorial", "(4) the MindSpore tutorial's accumulator: zeros clone, branch on counter % N, loss / N")
+def build_tutorial(spec):
+    from benchmarks.variants import TutorialAccumulator
+    return _accumulating(spec, TutorialAccumulator, divide_loss=True)
+
+
+@register("boost", "(5) mindspore.boost.GradientAccumulation (divides by N itself: loss not divided)")
+def build_boost(spec):
+    from mindspore.boost import GradientAccumulation
+    # GradientAccumulation(max_accumulation_step, optimizer) is a Cell whose
+    # construct(loss, grads) accumulates grads / N and returns the loss.
+    def make(optimizer, accumulate_step):
+        return GradientAccumulation(accumulate_step, optimizer)
+
+    return _accumulating(spec, make, pass_loss=True)
+
+
+# Experiments on the Accumulator's design (see benchmarks/variants.py); graph mode only.
+@register("acc_assign_first", "Accumulator variant: first micro-step assigns, no clearing pass",
+          modes=("graph",), experiment=True)
+def build_acc_assign_first(spec):
+    from benchmarks.variants import AssignFirstAccumulator
+    return _accumulating(spec, AssignFirstAccumulator)
+
+
+@register("acc_no_finite_check", "Accumulator with skip_nonfinite=False: the price of the per-window check",
+          modes=("graph",), experiment=True)
+def build_acc_no_finite_check(spec):
+    from accumulator import Accumulator
+
+    def make(optimizer, accumulate_step):
+        return Accumulator(optimizer, accumulate_step, skip_nonfinite=False)
+
+    return _accumulating(spec, make)
+
+
+@register("acc_inplace_mean", "Accumulator variant: mean scaled into the buffers in place",
+          modes=("graph",), experiment=True)
+def build_acc_inplace_mean(spec):
+    from benchmarks.variants import InplaceMeanAccumulator
+    return _accumulating(spec, InplaceMeanAccumulator)
+
+
+@register("acc_lean", "Accumulator variant: assign-first and in-place mean together", modes=("graph",),
+          experiment=True)
+def build_acc_lean(spec):
+    from benchmarks.variants import LeanAccumulator
+    return _accumulating(spec, LeanAccumulator)
+
+
+def _has_window_step():
+    if importlib.util.find_spec("accumulator.window") is None:
+        return False
+    try:  # another engineer's module: a half-written one must not stop the benchmark
+        from accumulator.window import make_window_step
+    except Exception:  # noqa: BLE001
+        return False
+    return callable(make_window_step)
+
+
+@register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
+          modes=("graph",), available=_has_window_step)
+def build_window(spec):
+    import mindspore as ms
+    from mindspore import ops
+    from accumulator import Accumulator
+    from accumulator.window import make_window_step
+    net, optimizer, loss_fn, data = _setup(spec)
+    accumulator = Accumulator(optimizer, spec["accumulate"])
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    window_step = make_window_step(ms.value_and_grad(forward, None, optimizer.parameters), accumulator)
+    n, b = spec["accumulate"], spec["batch"]
+    x, y = data(n * b)
+    # Stacked [N, B, ...]: one call runs the whole window.
+    x, y = ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b))
+    return Runner(lambda: window_step(x, y), n * b, _nbytes(accumulator.state_parameters()),
+                  _nbytes(optimizer.parameters), _ms_sync)
+
+
+# --------------------------------------------------------------------------- PyTorch (reference only)
+
+@register("torch_accumulate", "PyTorch eager reference: manual accumulation, loss / N, 2 threads",
+          framework="torch", modes=("eager",),
+          available=lambda: importlib.util.find_spec("torch") is not None)
+def build_torch_accumulate(spec):
+    import torch
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    hidden, n = spec["hidden"], spec["accumulate"]
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    x = torch.randn(spec["batch"], 1, 28, 28)
+    y = torch.randint(0, 10, (spec["batch"],))
+    counter = [0]
+
+    def step():
+        loss = torch.nn.functional.cross_entropy(net(x), y) / n
+        loss.backward()  # .grad is the accumulation buffer: 1.0x parameter bytes
+        counter[0] += 1
+        if counter[0] % n == 0:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=False)
+        return loss
+
+    param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
+    return Runner(step, spec["batch"], param_bytes, param_bytes, sync=lambda: None)
