@@ -232,6 +232,12 @@ def configure_context(args):
                             f"for it, or its driver is missing); try --device-target CPU")
     # set_device (set_context(device_target=...) is deprecated in 2.10) refuses to run
     # once any kernel has run, even to repeat the current device: call it only to change.
+    if args.device_target == "CPU":
+        # MindSpore 2.10's asynchronous launch made graphs without control flow
+        # (the evaluation step, the window step) 3-8x slower on a 2-core CPU and
+        # never helped the accumulating step (scripts/benchmark.py measures both).
+        # Read when the first graph runs, so setting it here still takes effect.
+        os.environ.setdefault("MS_DEV_HOST_BLOCKING_RUN", "1")
     if ms.get_context("device_target") != args.device_target:
         ms.set_device(args.device_target)
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
