@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "benchmark.py")
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 import benchmark  # noqa: E402  (needs the path above)
