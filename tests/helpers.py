@@ -47,9 +47,9 @@ def grad_fn_for(net, optimizer, reduction="mean"):
     return ms.value_and_grad(forward, None, optimizer.parameters)
 
 
-def large_batch_step(net, optimizer, use_jit=True):
-    """A plain step: gradient of the mean loss of the whole batch, one update."""
-    grad_fn = grad_fn_for(net, optimizer)
+def large_batch_step(net, optimizer, use_jit=True, reduction="mean"):
+    """A plain step: gradient of the whole batch's loss, one update."""
+    grad_fn = grad_fn_for(net, optimizer, reduction)
 
     def step(x, y):
         loss, grads = grad_fn(x, y)
@@ -57,6 +57,29 @@ def large_batch_step(net, optimizer, use_jit=True):
         return loss
 
     return ms.jit(step) if use_jit else step
+
+
+def accumulated_step(accumulator, grad_fn, use_jit=True, with_count=False):
+    """A micro-step ``(x, y[, count]) -> (loss, updated)`` feeding ``accumulator``."""
+    if with_count:
+        def step(x, y, count):
+            loss, grads = grad_fn(x, y)
+            return loss, accumulator(grads, count)
+    else:
+        def step(x, y):
+            loss, grads = grad_fn(x, y)
+            return loss, accumulator(grads)
+    return ms.jit(step) if use_jit else step
+
+
+def reference_state(optimizer_name, batches, learning_rate=0.1, reduction="mean"):
+    """Optimizer state after one plain step per (x, y) large batch, from make_net's weights."""
+    net = make_net()
+    optimizer = make_optimizer(optimizer_name, net.trainable_params(), learning_rate)
+    step = large_batch_step(net, optimizer, reduction=reduction)
+    for x, y in batches:
+        step(Tensor(x), Tensor(y))
+    return optimizer_state(optimizer)
 
 
 def optimizer_state(optimizer):

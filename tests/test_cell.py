@@ -4,7 +4,7 @@ import os
 import numpy as np
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import Tensor, nn
+from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 from accumulator import Accumulator, load_checkpoint

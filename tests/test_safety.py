@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import nn
 
 from accumulator import Accumulator
-from helpers import (assert_states_close, grad_fn_for, large_batch_step, make_data, make_net, make_optimizer,
-                     optimizer_state, split)
+from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
+                     optimizer_state, reference_state, split)
 
 LEARNING_RATE = 0.1
 
@@ -17,6 +17,16 @@ def micro_grads(x, y, sizes):
     optimizer = make_optimizer("sgd", net.trainable_params())
     grad_fn = grad_fn_for(net, optimizer)
     return [[g.asnumpy() for g in grad_fn(data, label)[1]] for data, label in split(x, y, sizes)]
+
+
+def scaled_grad_fn(net, optimizer, scaler):
+    """Gradients of the loss scaled by ``scaler``, as mixed-precision training computes them."""
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+    def forward(data, label):
+        return scaler.scale(loss_fn(net(data), label))
+
+    return ms.value_and_grad(forward, None, optimizer.parameters)
 
 
 def clip_by_global_norm(grads, clip_norm):
@@ -37,13 +47,7 @@ def test_clip_acts_once_on_the_window_gradient():
 
     net = make_net()
     optimizer = make_optimizer("sgd", net.trainable_params(), LEARNING_RATE)
-    accumulator = Accumulator(optimizer, 3, clip_norm=clip_norm)
-    grad_fn = grad_fn_for(net, optimizer)
-
-    @ms.jit
-    def step(data, label):
-        return accumulator(grad_fn(data, label)[1])
-
+    step = accumulated_step(Accumulator(optimizer, 3, clip_norm=clip_norm), grad_fn_for(net, optimizer))
     for data, label in split(x, y, sizes):
         step(data, label)
     actual = [p.asnumpy() for p in optimizer.parameters]
@@ -60,23 +64,13 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
     x_bad[21, 3] = np.inf      # window 2 (micro-step 5)
     windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(4)]
 
-    net = make_net()
-    optimizer = make_optimizer("adam", net.trainable_params())
-    step = large_batch_step(net, optimizer)
-    for index in (0, 3):
-        step(Tensor(windows[index][0]), Tensor(windows[index][1]))
-    expected = optimizer_state(optimizer)
+    expected = reference_state("adam", [windows[0], windows[3]])
 
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
     accumulator = Accumulator(optimizer, 2)
-    grad_fn = grad_fn_for(net, optimizer)
-
-    @ms.jit
-    def micro_step(data, label):
-        return accumulator(grad_fn(data, label)[1])
-
-    updated = [bool(micro_step(data, label)) for data, label in split(x_bad, y, [4] * 8)]
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
+    updated = [bool(step(data, label)[1]) for data, label in split(x_bad, y, [4] * 8)]
     assert updated == [False, True, False, False, False, False, False, True]
     assert accumulator.skipped_windows == 2 and accumulator.updates == 2
     assert_states_close(optimizer_state(optimizer), expected)
@@ -102,31 +96,16 @@ def test_dynamic_loss_scale_moves_once_per_window_and_unscales_exactly():
     x_bad[17, 2] = np.nan      # window 2 of 5 (micro-batches of 4, N=2)
     windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(5)]
 
-    net = make_net()
-    optimizer = make_optimizer("momentum", net.trainable_params())
-    step = large_batch_step(net, optimizer)
-    for index in (0, 1, 3, 4):
-        step(Tensor(windows[index][0]), Tensor(windows[index][1]))
-    expected = optimizer_state(optimizer)
+    expected = reference_state("momentum", [windows[index] for index in (0, 1, 3, 4)])
 
     net = make_net()
     optimizer = make_optimizer("momentum", net.trainable_params())
     scaler = ms.amp.DynamicLossScaler(scale_value=2.0 ** 10, scale_factor=2, scale_window=2)
     accumulator = Accumulator(optimizer, 2, loss_scaler=scaler)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-
-    def forward(data, label):
-        return scaler.scale(loss_fn(net(data), label))
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-
-    @ms.jit
-    def micro_step(data, label):
-        return accumulator(grad_fn(data, label)[1])
-
+    step = accumulated_step(accumulator, scaled_grad_fn(net, optimizer, scaler))
     scales = []
     for data, label in split(x_bad, y, [4] * 10):
-        micro_step(data, label)
+        step(data, label)
         scales.append(float(scaler.scale_value.asnumpy()))
     # Finite windows count up to scale_window=2 then double; the overflowed
     # window halves; nothing moves mid-window.
@@ -150,22 +129,12 @@ def test_bad_loss_scaler_is_rejected():
 
 def test_static_loss_scale_is_unscaled_once_per_window():
     x, y = make_data(16)
-    net = make_net()
-    optimizer = make_optimizer("adam", net.trainable_params())
-    large_batch_step(net, optimizer)(Tensor(x), Tensor(y))
-    expected = optimizer_state(optimizer)
+    expected = reference_state("adam", [(x, y)])
 
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
     scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
-    accumulator = Accumulator(optimizer, 4, loss_scaler=scaler)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-
-    def forward(data, label):
-        return scaler.scale(loss_fn(net(data), label))
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-    accumulate = ms.jit(accumulator.__call__)
+    step = accumulated_step(Accumulator(optimizer, 4, loss_scaler=scaler), scaled_grad_fn(net, optimizer, scaler))
     for data, label in split(x, y, [4] * 4):
-        accumulate(grad_fn(data, label)[1])
+        step(data, label)
     assert_states_close(optimizer_state(optimizer), expected)

@@ -5,8 +5,8 @@ from mindspore import Tensor, ops
 
 from accumulator import Accumulator
 from accumulator.schedule import as_schedule
-from helpers import (assert_states_close, grad_fn_for, large_batch_step, make_data, make_net, make_optimizer,
-                     optimizer_state, split)
+from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
+                     optimizer_state, reference_state, split)
 
 
 def warmup_schedule(update_count):
@@ -20,27 +20,17 @@ def test_windows_follow_the_schedule_and_equal_their_large_batches(accumulate_st
     bounds = [0, 4, 8, 20, 32]
     windows = [(x[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
-    net = make_net()
-    optimizer = make_optimizer("adam", net.trainable_params())
-    step = large_batch_step(net, optimizer)
-    for data, label in windows:
-        step(Tensor(data), Tensor(label))
-    expected = optimizer_state(optimizer)
+    expected = reference_state("adam", windows)
 
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
     accumulator = Accumulator(optimizer, accumulate_step)
-    grad_fn = grad_fn_for(net, optimizer)
-
-    @ms.jit
-    def micro_step(data, label):
-        return accumulator(grad_fn(data, label)[1])
-
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
     seen_sizes = []
     for (data, label), size in zip(windows, window_sizes):
         seen_sizes.append(accumulator.accumulate_step)
         for micro in split(data, label, [4] * size):
-            micro_step(*micro)
+            step(*micro)
     assert seen_sizes == window_sizes
     assert accumulator.updates == 4
     assert_states_close(optimizer_state(optimizer), expected)
