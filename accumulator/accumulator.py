@@ -212,16 +212,13 @@ class Accumulator:
 
     def _normalise(self, grads, total):
         # Unscaling and the mean share one multiply per window.
-        if self.reduction == "mean":
-            factor = 1.0 / total
-        else:
-            factor = None
+        divisor = total if self.reduction == "mean" else None
         if self.loss_scaler is not None:
-            factor = 1.0 / self.loss_scaler.scale_value if factor is None \
-                else factor / self.loss_scaler.scale_value
-        if factor is None:
+            scale = self.loss_scaler.scale_value
+            divisor = scale if divisor is None else divisor * scale
+        if divisor is None:
             return grads
-        return _hyper_map(ops.partial(_scale, factor), grads)
+        return _hyper_map(ops.partial(_scale, 1.0 / divisor), grads)
 
     def _update_if(self, finite, grads):
         if finite:
