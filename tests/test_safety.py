@@ -77,6 +77,23 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
     assert all(np.isfinite(p.asnumpy()).all() for p in optimizer.parameters)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_every_nonfinite_gradient_entry_is_seen(bad):
+    # A conv kernel (4-D), a dense matrix and biases (1-D): one bad entry in
+    # any of them skips the window; huge but finite gradients do not.
+    net = nn.SequentialCell(nn.Conv2d(1, 2, 3, has_bias=True), nn.Flatten(), nn.Dense(2 * 4 * 4, 3))
+    optimizer = nn.SGD(net.trainable_params(), 1e-40)
+    accumulator = Accumulator(optimizer, 1)
+    step = ms.jit(accumulator.__call__)
+    shapes = [p.shape for p in optimizer.parameters]
+    for index, shape in enumerate(shapes):
+        grads = [np.full(s, 1e30, np.float32) for s in shapes]
+        grads[index].reshape(-1)[-1] = bad
+        assert not bool(step(ms.mutable(tuple(ms.Tensor(g) for g in grads))))
+    assert bool(step(ms.mutable(tuple(ms.Tensor(np.full(s, -1e30, np.float32)) for s in shapes))))
+    assert accumulator.skipped_windows == len(shapes) and accumulator.updates == 1
+
+
 def test_nonfinite_check_can_be_turned_off():
     x, y = make_data(8)
     x[0, 0] = np.nan
