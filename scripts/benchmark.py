@@ -35,6 +35,15 @@ NETS = {"mnist": 512, "wide": 4096}
 BLOCKING_ENV = "MS_DEV_HOST_BLOCKING_RUN"
 # "1": variable set, "": removed from the worker's environment.
 BLOCKING_SETTINGS = ("1", "")
+# The plain step takes the whole batch at once; the other two take N micro-steps of B.
+SWEPT = ("plain_full", "accumulator", "window")
+# The issues' speed targets: (net, contender, against, minimum throughput ratio).
+SPEED_TARGETS = (
+    ("mnist", "accumulator", "plain_micro", 0.97),
+    ("wide", "accumulator", "plain_micro", 0.97),
+    ("wide", "accumulator", "boost", 1.4),
+    ("mnist", "window", "torch_accumulate", 1 / 0.9),  # at most 0.9x PyTorch's time
+)
 
 
 def make_configs(args):
@@ -62,7 +71,7 @@ def make_configs(args):
     # whole batch at once, the accumulator keeps B and takes N micro-steps.
     if args.sweep:
         for n in (int(v) for v in args.sweep.split(",")):
-            for name in ("plain_full", "accumulator"):
+            for name in SWEPT:
                 configs.append(dict(kind="memory", net=args.sweep_net, hidden=NETS[args.sweep_net],
                                     contender=name, mode="graph", blocking="1", batch=args.batch,
                                     accumulate=n))
@@ -155,13 +164,81 @@ def best_rows(rows):
         # Reference rows of other frameworks compare against the graph-mode plain step.
         base = best.get((net, mode, "plain_micro")) or best.get((net, "graph", "plain_micro"))
         row["ratio_vs_plain_micro"] = row["samples_per_s"] / base["samples_per_s"] if base else None
+        row["min_ratio_vs_plain_micro"] = (row["best_samples_per_s"] / base["best_samples_per_s"]
+                                           if base else None)
     return best
+
+
+def _graph_or_eager(best, net, contender):
+    return best.get((net, "graph", contender)) or best.get((net, "eager", contender))
+
+
+def check_targets(rows, best):
+    """Each target of the issues that this run measured, with its ratios and whether it was met.
+
+    Speed ratios are throughput against throughput, on medians and on
+    minimums (the minimum is least disturbed by other work on the machine);
+    a target counts as met when both are.
+
+    Example:
+        >>> check_targets([], {})
+        []
+    """
+    checks = []
+    for net, contender, against, minimum in SPEED_TARGETS:
+        row, base = _graph_or_eager(best, net, contender), _graph_or_eager(best, net, against)
+        if not row or not base:
+            continue
+        median = row["samples_per_s"] / base["samples_per_s"]
+        fastest = row["best_samples_per_s"] / base["best_samples_per_s"]
+        checks.append(dict(target=f"{net}: {contender} >= {minimum:.2f}x {against} throughput",
+                           median_ratio=median, min_ratio=fastest, met=min(median, fastest) >= minimum))
+    row, boost = best.get(("wide", "graph", "accumulator")), best.get(("wide", "graph", "boost"))
+    if row and boost:
+        checks.append(dict(target="wide: accumulator peak MB < boost peak MB",
+                           value=f"{row['peak_mb']:.0f} vs {boost['peak_mb']:.0f}",
+                           met=row["peak_mb"] < boost["peak_mb"]))
+    if row:
+        checks.append(dict(target="accumulator state = 1.0x parameter bytes", value=f"{row['state_ratio']:.3f}",
+                           met=abs(row["state_ratio"] - 1.0) < 0.01))
+    sweep = {}
+    for r in rows:
+        if r["kind"] == "memory" and "peak_mb" in r:
+            sweep.setdefault(r["contender"], {})[r["accumulate"]] = r["peak_mb"] - r["baseline_mb"]
+    plain, accumulator, window = (sweep.get(name, {}) for name in SWEPT)
+    if len(accumulator) > 1 and len(plain) > 1:
+        spread = max(accumulator.values()) - min(accumulator.values())
+        growth = plain[max(plain)] - plain[min(plain)]
+        checks.append(dict(target="memory flat in N x B: accumulator spread < 5% of its level, plain step grows",
+                           value=f"accumulator spread {spread:.1f} MB, plain step +{growth:.1f} MB",
+                           met=spread < 0.05 * max(accumulator.values()) and growth > spread))
+    common = sorted(set(accumulator) & set(window))
+    if common:
+        n = common[-1]
+        checks.append(dict(target=f"window peak at N={n} <= 1.15x accumulator's",
+                           value=f"{window[n]:.1f} vs {accumulator[n]:.1f} MB above baseline",
+                           met=window[n] <= 1.15 * accumulator[n]))
+    return checks
+
+
+def format_targets(checks):
+    """The target checks as text lines.
+
+    Example:
+        >>> format_targets([dict(target="t", value="v", met=True)])
+        'targets:\n  met      t: v'
+    """
+    lines = ["targets:"]
+    for check in checks:
+        value = check.get("value") or f"{check['median_ratio']:.2f}x median, {check['min_ratio']:.2f}x min"
+        lines.append(f"  {'met' if check['met'] else 'NOT MET':8} {check['target']}: {value}")
+    return "\n".join(lines)
 
 
 def format_table(rows, best):
     """The speed table as text: one line per configuration, ratios on the best setting."""
     head = (f"{'net':6} {'mode':8} {'contender':18} {'block':5} {'ms/micro':>9} {'min':>8} "
-            f"{'samples/s':>10} {'x(1)':>6} {'compile s':>9} {'state/param':>11} {'peak MB':>8}")
+            f"{'samples/s':>10} {'x(1)':>6} {'x(1)min':>7} {'compile s':>9} {'state/param':>11} {'peak MB':>8}")
     lines = [head, "-" * len(head)]
     for row in rows:
         if row["kind"] != "speed":
@@ -173,12 +250,14 @@ def format_table(rows, best):
             continue
         chosen = best[(row["net"], row["mode"], row["contender"])] is row
         ratio = f"{row['ratio_vs_plain_micro']:.2f}" if chosen and row.get("ratio_vs_plain_micro") else ""
+        min_ratio = f"{row['min_ratio_vs_plain_micro']:.2f}" if chosen and row.get("min_ratio_vs_plain_micro") else ""
         lines.append(f"{row['net']:6} {row['mode']:8} {row['contender']:18} {block:5} "
                      f"{row['median_ms']:9.3f} {row['min_ms']:8.3f} {row['samples_per_s']:10.0f} "
-                     f"{ratio:>6} {row['compile_s']:9.2f} {row['state_ratio']:11.2f} {row['peak_mb']:8.0f}"
+                     f"{ratio:>6} {min_ratio:>7} {row['compile_s']:9.2f} {row['state_ratio']:11.2f} {row['peak_mb']:8.0f}"
                      + (" *" if chosen else ""))
     lines.append("ms/micro: median time per micro-batch of B samples; x(1): samples/s against "
-                 "plain_micro, both at their best setting (marked *); block: "
+                 "plain_micro, both at their best setting (marked *); x(1)min: the same from the "
+                 "fastest blocks; block: "
                  f"{BLOCKING_ENV}=1 on/off.")
     memory = [row for row in rows if row["kind"] == "memory" and "peak_mb" in row]
     if memory:
@@ -205,7 +284,7 @@ def plot(rows, best, path):
     bars.set_yticks(range(len(chosen)), labels, fontsize=6)
     bars.set_xscale("log")
     bars.set_xlabel("samples/s (median, best runtime setting)")
-    for name in ("plain_full", "accumulator"):
+    for name in SWEPT:
         points = sorted((r["accumulate"] * r["batch"], r["peak_mb"] - r["baseline_mb"])
                         for r in rows if r["kind"] == "memory" and r["contender"] == name and "peak_mb" in r)
         if points:
@@ -268,14 +347,17 @@ def main(argv=None):
                   f"block={config['blocking'] or 'off'}: {status[0]}", file=sys.stderr, flush=True)
     rows = summarise(runs)
     best = best_rows(rows)
+    checks = check_targets(rows, best)
     print(format_table(rows, best))
+    if checks:
+        print(format_targets(checks))
     load = note_load(runs)
     if load:
         print(load)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(dict(settings={k: v for k, v in vars(args).items() if k != "worker"},
-                           runs=runs, rows=rows), handle, indent=1)
+                           runs=runs, rows=rows, targets=checks), handle, indent=1)
     if args.plot and not plot(rows, best, args.plot):
         return 2
     return 1 if any("error" in row for row in rows) else 0

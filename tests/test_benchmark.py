@@ -30,13 +30,13 @@ def test_tiny_run_writes_complete_json(tmp_path):
     speed = {(r["contender"], r["blocking"]) for r in rows if r["kind"] == "speed"}
     # Both runtime settings of both contenders, and the memory sweep's two rows.
     assert speed == {(c, b) for c in ("plain_micro", "accumulator") for b in ("1", "")}
-    assert sorted(r["contender"] for r in rows if r["kind"] == "memory") == ["accumulator", "plain_full"]
+    assert sorted(r["contender"] for r in rows if r["kind"] == "memory") == ["accumulator", "plain_full", "window"]
     for row in rows:
         assert "error" not in row, row
         for key in POSITIVE:
             assert row[key] > 0, (key, row)
         assert all(ms > 0 for run in result["runs"] for ms in run["block_ms"])
-        if row["contender"] == "accumulator":
+        if row["contender"] in ("accumulator", "window"):
             # One buffer per parameter plus a few scalar counters.
             assert row["state_ratio"] == pytest.approx(1.0, abs=1e-3)
         else:
@@ -44,10 +44,35 @@ def test_tiny_run_writes_complete_json(tmp_path):
     assert len(result["runs"]) == len(rows)
 
 
-def _row(contender, blocking, median_ms, mode="graph"):
-    return dict(kind="speed", net="mnist", contender=contender, mode=mode, blocking=blocking,
-                accumulate=4, batch=32, block_ms=[median_ms], compile_s=1.0, state_bytes=0,
-                param_bytes=8, peak_mb=10.0, baseline_mb=5.0)
+def _row(contender, blocking, median_ms, mode="graph", net="mnist", block_ms=None, peak_mb=10.0,
+         kind="speed", accumulate=4):
+    return dict(kind=kind, net=net, contender=contender, mode=mode, blocking=blocking,
+                accumulate=accumulate, batch=32, block_ms=block_ms or [median_ms], compile_s=1.0,
+                state_bytes=8 if contender == "accumulator" else 0, param_bytes=8, peak_mb=peak_mb,
+                baseline_mb=5.0)
+
+
+def test_targets_need_both_median_and_min_ratios():
+    # Accumulator vs plain step: 1.0x on medians but 0.5x on the fastest blocks.
+    runs = [_row("plain_micro", "1", 0, net="wide", block_ms=[1.0, 2.0, 3.0]),
+            _row("accumulator", "1", 0, net="wide", block_ms=[2.0, 2.0, 2.0], peak_mb=50.0),
+            _row("boost", "1", 0, net="wide", block_ms=[4.0, 4.0, 4.0], peak_mb=60.0)]
+    runs += [_row(name, "1", 1.0, kind="memory", net="wide", accumulate=n, peak_mb=peak)
+             for name, peaks in (("plain_full", (20.0, 40.0)), ("accumulator", (50.0, 50.5)), ("window", (50.0, 60.0)))
+             for n, peak in zip((1, 16), peaks)]
+    rows = benchmark.summarise(runs)
+    checks = {c["target"]: c for c in benchmark.check_targets(rows, benchmark.best_rows(rows))}
+    plain = checks["wide: accumulator >= 0.97x plain_micro throughput"]
+    assert plain["median_ratio"] == pytest.approx(1.0) and plain["min_ratio"] == pytest.approx(0.5)
+    assert not plain["met"]
+    boost = checks["wide: accumulator >= 1.40x boost throughput"]
+    assert boost["median_ratio"] == pytest.approx(2.0) and boost["met"]
+    assert checks["wide: accumulator peak MB < boost peak MB"]["met"]
+    assert checks["accumulator state = 1.0x parameter bytes"]["met"]
+    assert checks["memory flat in N x B: accumulator spread < 5% of its level, plain step grows"]["met"]
+    # 55 MB against 45.5 above baseline: 1.21x, over the 1.15x allowed.
+    assert not checks["window peak at N=16 <= 1.15x accumulator's"]["met"]
+    assert "NOT MET" in benchmark.format_targets(list(checks.values()))
 
 
 def test_ratios_compare_each_contender_at_its_best_setting():
