@@ -26,21 +26,29 @@ def _scale(factor, grad):
     return grad * factor.astype(grad.dtype)
 
 
-def _finite_sum(grad):
-    # Any NaN or Inf makes the sum NaN or Inf. For a matrix, a product with a
-    # ones column takes the sum: MindSpore 2.10's CPU reductions (ReduceSum,
-    # AllFinite) run about 8x slower than its MatMul over the same elements,
-    # which cost more than the update itself at once per window.
-    grad = grad.astype(ms.float32)
+def _matrix_sum(grad):
+    # A product with a ones column sums a matrix: MindSpore 2.10's CPU
+    # reductions (ReduceSum, AllFinite) run 5-20x slower than its MatMul over
+    # the same elements, more than the whole update costs.
     if grad.ndim < 2:
         return grad.sum()
     rows = grad.reshape((grad.shape[0], -1))
-    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32)).sum()
+    return ops.matmul(rows, ops.ones((rows.shape[1], 1), rows.dtype)).sum()
+
+
+def _sum(grad):
+    return _matrix_sum(grad.astype(ms.float32))
+
+
+def _squared_sum(grad):
+    grad = grad.astype(ms.float32)
+    return _matrix_sum(grad * grad)
 
 
 def _all_finite_by_sum(grads):
-    # A float32 sum of finite gradients only overflows beyond 3e38.
-    return ops.isfinite(ops.addn(_hyper_map(_finite_sum, grads)))
+    # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite
+    # gradients only overflows beyond 3e38.
+    return ops.isfinite(ops.addn(_hyper_map(_sum, grads)))
 
 
 def _state_parameter(value, dtype, name):
@@ -68,6 +76,8 @@ class Accumulator:
             ``"sum"`` applies the raw sum.
         clip_norm: clip the window's gradient to this global norm once per
             window, just before the optimizer; ``None`` disables clipping.
+            The norm doubles as the non-finite check, so a window whose norm
+            overflows float32 (beyond about 1e19) is skipped as non-finite.
         skip_nonfinite: when the window's gradient holds NaN or Inf, skip
             the optimizer, clear the window and count it in
             ``skipped_windows``. Always on with a ``loss_scaler``.
@@ -216,34 +226,54 @@ class Accumulator:
         if self.grad_reducer is not None:
             reduced = self.grad_reducer(tuple(grads) + (total,))
             grads, total = reduced[:-1], reduced[-1]
-        grads = self._normalise(grads, total)
-        if self.skip_nonfinite:
-            finite = _all_finite_by_sum(grads) if self._check_by_sum else ms.amp.all_finite(grads)
-        else:
-            finite = _TRUE
+        factor = self._normalising_factor(total)
+        norm = None
+        if self.clip_norm is not None:
+            # The norm of the summed window, scaled as the update will be; any
+            # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
+            norm = ops.sqrt(ops.addn(_hyper_map(_squared_sum, grads)))
+            if factor is not None:
+                norm = norm * factor
+            clip = self.clip_norm / ops.maximum(norm, self.clip_norm)
+            factor = clip if factor is None else factor * clip
+        # Unscaling, the mean and clipping share one multiply per window.
+        if factor is not None:
+            grads = self._scaled(grads, factor)
+        finite = self._finite(grads, norm)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
         updated = self._update_if(finite, grads)
-        _hyper_map(_clear, self.grad_buffers)
+        self._clear_buffers()
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
         ops.assign(self.window_size, self.schedule(self.update_count))
         return updated
 
-    def _normalise(self, grads, total):
-        # Unscaling and the mean share one multiply per window.
+    def _normalising_factor(self, total):
+        """The scalar the window's sum is multiplied by, or None for none."""
         divisor = total if self.reduction == "mean" else None
         if self.loss_scaler is not None:
             scale = self.loss_scaler.scale_value
             divisor = scale if divisor is None else divisor * scale
-        if divisor is None:
-            return grads
-        return _hyper_map(ops.partial(_scale, 1.0 / divisor), grads)
+        return None if divisor is None else 1.0 / divisor
+
+    def _scaled(self, grads, factor):
+        return _hyper_map(ops.partial(_scale, factor), grads)
+
+    def _clear_buffers(self):
+        _hyper_map(_clear, self.grad_buffers)
+
+    def _finite(self, grads, norm):
+        if not self.skip_nonfinite:
+            return _TRUE
+        if not self._check_by_sum:
+            return ms.amp.all_finite(grads)
+        if norm is not None:
+            return ops.isfinite(norm)
+        return _all_finite_by_sum(grads)
 
     def _update_if(self, finite, grads):
         if finite:
-            if self.clip_norm is not None:
-                grads = ops.clip_by_global_norm(grads, self.clip_norm)
             self.optimizer(grads)
             ops.assign_add(self.update_count, ops.ones((), ms.int32))
             return _TRUE

@@ -67,30 +67,21 @@ class AssignFirstAccumulator(Accumulator):
         ops.assign_add(self.weight_total, weight)
         return ops.assign_add(self.micro_step, ops.ones((), ms.int32))
 
-    def _apply(self):
-        grads = self._normalise(self.grad_buffers, self.weight_total)
-        finite = ms.amp.all_finite(grads) if self.skip_nonfinite else Tensor(True, ms.bool_)
-        updated = self._update_if(finite, grads)
-        ops.assign(self.micro_step, ops.zeros((), ms.int32))
-        ops.assign(self.weight_total, ops.zeros((), ms.float32))
-        ops.assign(self.window_size, self.schedule(self.update_count))
-        return updated
+    def _clear_buffers(self):
+        pass
 
 
 @ms.jit_class
 class InplaceMeanAccumulator(Accumulator):
-    """Divides the window's sum by its weight inside the buffers, not into new tensors.
+    """Scales the window's sum inside the buffers, not into new tensors.
 
     Saves one set of parameter-sized temporaries at the update (peak
     memory); the buffers are cleared right after anyway.
     """
 
-    def _normalise(self, grads, total):
-        if self.reduction != "mean" or self.loss_scaler is not None:
-            return super()._normalise(grads, total)
-        _hyper_map(ops.partial(_scale_into, 1.0 / total), self.grad_buffers)
+    def _scaled(self, grads, factor):
+        _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers)
         return self.grad_buffers
-
 
 
 @ms.jit_class
@@ -101,4 +92,4 @@ class LeanAccumulator(AssignFirstAccumulator):
     design, while keeping one buffer instead of two.
     """
 
-    _normalise = InplaceMeanAccumulator._normalise
+    _scaled = InplaceMeanAccumulator._scaled

@@ -77,20 +77,22 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
     assert all(np.isfinite(p.asnumpy()).all() for p in optimizer.parameters)
 
 
+@pytest.mark.parametrize("clip_norm, huge", [(None, 1e30), (1.0, 1e15)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_every_nonfinite_gradient_entry_is_seen(bad):
+def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge):
     # A conv kernel (4-D), a dense matrix and biases (1-D): one bad entry in
-    # any of them skips the window; huge but finite gradients do not.
+    # any of them skips the window; huge but finite gradients do not. With
+    # clipping the check is the window's norm, so "huge" stays below 1e19.
     net = nn.SequentialCell(nn.Conv2d(1, 2, 3, has_bias=True), nn.Flatten(), nn.Dense(2 * 4 * 4, 3))
     optimizer = nn.SGD(net.trainable_params(), 1e-40)
-    accumulator = Accumulator(optimizer, 1)
+    accumulator = Accumulator(optimizer, 1, clip_norm=clip_norm)
     step = ms.jit(accumulator.__call__)
     shapes = [p.shape for p in optimizer.parameters]
     for index, shape in enumerate(shapes):
-        grads = [np.full(s, 1e30, np.float32) for s in shapes]
+        grads = [np.full(s, huge, np.float32) for s in shapes]
         grads[index].reshape(-1)[-1] = bad
         assert not bool(step(ms.mutable(tuple(ms.Tensor(g) for g in grads))))
-    assert bool(step(ms.mutable(tuple(ms.Tensor(np.full(s, -1e30, np.float32)) for s in shapes))))
+    assert bool(step(ms.mutable(tuple(ms.Tensor(np.full(s, -huge, np.float32)) for s in shapes))))
     assert accumulator.skipped_windows == len(shapes) and accumulator.updates == 1
 
 
@@ -155,3 +157,21 @@ def test_static_loss_scale_is_unscaled_once_per_window():
     for data, label in split(x, y, [4] * 4):
         step(data, label)
     assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_clipping_sees_the_unscaled_mean_under_loss_scaling():
+    x, y = make_data(12)
+    sizes, clip_norm = [4, 4, 4], 0.05
+    initial = [p.asnumpy() for p in make_net().trainable_params()]
+    window_grad = [np.mean(list(g), axis=0) for g in zip(*micro_grads(x, y, sizes))]
+    expected = [p - LEARNING_RATE * g for p, g in zip(initial, clip_by_global_norm(window_grad, clip_norm))]
+
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params(), LEARNING_RATE)
+    scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
+    accumulator = Accumulator(optimizer, 3, clip_norm=clip_norm, loss_scaler=scaler)
+    step = accumulated_step(accumulator, scaled_grad_fn(net, optimizer, scaler))
+    for data, label in split(x, y, sizes):
+        step(data, label)
+    for got, want in zip(optimizer.parameters, expected):
+        np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-6)
