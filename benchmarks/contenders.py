@@ -218,6 +218,17 @@ def build_acc_no_finite_check(spec):
     return _accumulating(spec, make)
 
 
+@register("acc_sum", "Accumulator(reduction='sum') with loss / N as the tutorial: no scaling pass per window",
+          modes=("graph",), experiment=True)
+def build_acc_sum(spec):
+    from accumulator import Accumulator
+
+    def make(optimizer, accumulate_step):
+        return Accumulator(optimizer, accumulate_step, reduction="sum")
+
+    return _accumulating(spec, make, divide_loss=True)
+
+
 @register("acc_inplace_mean", "Accumulator variant: mean scaled into the buffers in place",
           modes=("graph",), experiment=True)
 def build_acc_inplace_mean(spec):
