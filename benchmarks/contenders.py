@@ -27,6 +27,7 @@ class Runner:
     state_bytes: int
     param_bytes: int
     sync: Callable = None  # waits until queued device work is done
+    weights: Callable = None  # the trained weights as numpy arrays: shows the contender really updates
 
 
 @dataclass
@@ -108,6 +109,10 @@ def _ms_sync():
     ms.runtime.synchronize()
 
 
+def _ms_weights(optimizer):
+    return lambda: [p.asnumpy().copy() for p in optimizer.parameters]
+
+
 def _plain(spec, rows):
     import mindspore as ms
     net, optimizer, loss_fn, data = _setup(spec)
@@ -123,7 +128,7 @@ def _plain(spec, rows):
         return loss
 
     step, (x, y) = _jit(spec, step), data(rows)
-    return Runner(lambda: step(x, y), rows, 0, _nbytes(optimizer.parameters), _ms_sync)
+    return Runner(lambda: step(x, y), rows, 0, _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
 
 
 @register("plain_micro", "(1) plain step at micro-batch B, no accumulation")
@@ -156,7 +161,7 @@ def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False):
 
     step, (x, y) = _jit(spec, step), data(spec["batch"])
     return Runner(lambda: step(x, y), spec["batch"], _nbytes(_state_of(accumulator)),
-                  _nbytes(optimizer.parameters), _ms_sync)
+                  _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
 
 
 def _state_of(accumulator):
@@ -262,7 +267,40 @@ def build_window(spec):
     # Stacked [N, B, ...]: one call runs the whole window.
     x, y = ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b))
     return Runner(lambda: window_step(x, y), n * b, _nbytes(accumulator.state_parameters()),
-                  _nbytes(optimizer.parameters), _ms_sync)
+                  _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
+
+
+@register("window_floor", "the least any MindSpore window step can cost: a bare while loop of forward, "
+          "backward and assign_add, then one SGD update; no mean, checks or counters", modes=("graph",),
+          experiment=True)
+def build_window_floor(spec):
+    import mindspore as ms
+    from mindspore import ops
+    from accumulator.accumulator import _add_into, _clear, _hyper_map
+    net, optimizer, loss_fn, data = _setup(spec)
+    buffers = optimizer.parameters.clone(prefix="floor", init="zeros")
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    @ms.jit
+    def window_step(x, y, k):
+        i = ops.zeros((), ms.int32)
+        while i < k:
+            _, grads = grad_fn(x[i], y[i])
+            _hyper_map(_add_into, buffers, grads)
+            i = i + 1
+        optimizer(buffers)
+        _hyper_map(_clear, buffers)
+        return i
+
+    n, b = spec["accumulate"], spec["batch"]
+    x, y = data(n * b)
+    x, y, k = ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b)), ms.Tensor(n, ms.int32)
+    return Runner(lambda: window_step(x, y, k), n * b, _nbytes(buffers), _nbytes(optimizer.parameters), _ms_sync,
+                  _ms_weights(optimizer))
 
 
 # --------------------------------------------------------------------------- PyTorch (reference only)
@@ -292,4 +330,5 @@ def build_torch_accumulate(spec):
         return loss
 
     param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
-    return Runner(step, spec["batch"], param_bytes, param_bytes, sync=lambda: None)
+    return Runner(step, spec["batch"], param_bytes, param_bytes, sync=lambda: None,
+                  weights=lambda: [p.detach().numpy().copy() for p in net.parameters()])

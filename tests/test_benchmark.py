@@ -4,12 +4,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "benchmark.py")
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 import benchmark  # noqa: E402  (needs the path above)
+from benchmarks.contenders import CONTENDERS, available_contenders  # noqa: E402
 
 POSITIVE = ("min_ms", "median_ms", "samples_per_s", "best_samples_per_s", "compile_s", "peak_mb",
             "baseline_mb", "param_bytes", "repeats")
@@ -90,3 +92,21 @@ def test_every_contender_runs_in_both_runtime_settings():
     mindspore_rows = [c for c in configs if c["blocking"] != "n/a"]
     assert {c["blocking"] for c in mindspore_rows} == {"1", ""}
     assert len(mindspore_rows) % 2 == 0
+
+
+@pytest.mark.parametrize("name", sorted(available_contenders(experiments=True)))
+def test_every_contender_trains_one_window_on_a_tiny_net(name):
+    spec = dict(hidden=8, batch=4, accumulate=2, mode="graph", device_target="CPU")
+    runner = CONTENDERS[name].build(spec)
+    before = runner.weights()
+    calls = max(1, spec["batch"] * spec["accumulate"] // runner.samples_per_call)
+    for _ in range(calls):
+        runner.step()
+    if runner.sync:
+        runner.sync()
+    # Every row of the table must time real training: one window changes the weights.
+    assert any(not np.array_equal(a, b) for a, b in zip(before, runner.weights()))
+    assert runner.param_bytes == 4 * sum(w.size for w in before)
+    # Accumulating contenders keep about one buffer per parameter (two for the tutorial).
+    assert runner.state_bytes in (0, pytest.approx(runner.param_bytes, abs=64),
+                                  pytest.approx(2 * runner.param_bytes, abs=64))
