@@ -2,9 +2,9 @@
 
 One jitted call per micro-step costs a fixed host overhead each time
 (about 0.35 ms on the MNIST dense net). ``make_window_step`` compiles one
-call per window instead: forward, backward and ``Accumulator.accumulate``
-for every micro-batch in an in-graph ``while`` loop, then
-``Accumulator.flush``. All the weighting, clipping, non-finite skipping,
+call per window instead: forward, backward and the Accumulator's sum for
+every micro-batch in an in-graph ``while`` loop, the window counted once,
+then ``Accumulator.flush``. All the weighting, clipping, non-finite skipping,
 loss scaling and state stay in the Accumulator; this module only loops.
 """
 import numpy as np
@@ -28,18 +28,21 @@ def _loop(grad_fn, accumulator, inputs, counts, k):
     unrolled and keep all k (memory grows with N). ``k`` comes in as a
     Tensor argument so the bound is never a constant the compiler could
     fold into an unrolled loop (a shape-derived bound was also measured
-    flat in MindSpore 2.10, but nothing promises it stays so).
+    flat in MindSpore 2.10, but nothing promises it stays so). The window's
+    micro-steps and weight are counted once, after the loop.
     """
     losses = ops.zeros(inputs[0].shape[:1], ms.float32)
     i = ops.zeros((), ms.int32)
     while i < k:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
-        if counts is None:
-            accumulator.accumulate(grads)
-        else:
-            accumulator.accumulate(grads, counts[i])
+        accumulator._add(grads)
         losses[i] = ops.cast(loss, ms.float32)
         i = i + 1
+    if counts is None:
+        weight = ops.cast(k, ms.float32)
+    else:
+        weight = accumulator._weight(counts.sum())
+    accumulator._count(k, weight)
     return losses
 
 

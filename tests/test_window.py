@@ -166,3 +166,16 @@ def test_bad_windows_are_rejected_before_any_state_changes():
     with pytest.raises(ValueError, match="at least one micro-batch"):
         window_step([])
     assert accumulator.window_position == 0 and accumulator.updates == 0
+
+
+def test_counts_with_a_summing_accumulator_are_rejected_before_any_state_changes():
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2, reduction="sum")
+    before = optimizer_state(optimizer)
+    window_step = make_window_step(grad_fn_for(net, optimizer, "sum"), accumulator)
+    x, y = make_data(8)
+    with pytest.raises(ValueError, match="count weighting needs reduction='mean'"):
+        window_step(Tensor(x.reshape(2, 4, 6)), Tensor(y.reshape(2, 4)), counts=[4, 4])
+    assert accumulator.window_position == 0 and accumulator.updates == 0
+    assert_states_close(optimizer_state(optimizer), before)
