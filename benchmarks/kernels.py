@@ -1,0 +1,119 @@
+"""Single kernels behind the accumulators' times, in MindSpore and (if installed) PyTorch.
+
+The whole-step table says *that* one design is slower; this one says which
+kernel makes it so on the machine at hand: the MatMuls of the MNIST net's
+first layer, the gradient sum (``AssignAdd``) and the reductions a
+finiteness check needs. Run it with ``python scripts/benchmark.py --kernels``.
+
+Example:
+    >>> rows = time_kernels(calls=5)  # doctest: +SKIP
+    >>> rows[0]["kernel"]
+    'matmul x @ W.T  [32,784] x [512,784]'
+"""
+import time
+
+import numpy as np
+
+BIG = (4096, 4096)  # the wide net's middle weight
+
+
+def _time(call, calls, sync):
+    call()
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    sync()
+    return 1000.0 * (time.perf_counter() - start) / calls
+
+
+def _data():
+    """The same numpy inputs for both frameworks: x, W, dy of the first layer and a big matrix."""
+    rng = np.random.default_rng(0)
+    return [rng.random(s, np.float32) for s in ((32, 784), (512, 784), (32, 512), BIG)]
+
+
+def _mindspore_cases(arrays):
+    import mindspore as ms
+    from mindspore import Parameter, Tensor, ops
+
+    x, w, dy, big = (Tensor(a) for a in arrays)
+    buffer = Parameter(Tensor(np.zeros(BIG, np.float32)), name="kernels.buffer")
+    ones = Tensor(np.ones((BIG[1], 1), np.float32))
+    matmul_tb, matmul_ta = ops.MatMul(transpose_b=True), ops.MatMul(transpose_a=True)
+
+    # Named functions: the graph parser rejects lambdas.
+    def forward(): return matmul_tb(x, w)
+    def weight_grad(): return matmul_ta(dy, x)
+    def input_grad(): return ops.matmul(dy, w)
+    def relu(): return ops.relu(dy)
+    def assign_add(): return ops.assign_add(buffer, big)
+    def reduce_sum(): return big.sum()
+    def matmul_sum(): return ops.matmul(big, ones).sum()
+    def scale(): return big * 0.5
+
+    return {name: ms.jit(fn) for name, fn in (
+        ("forward", forward), ("weight_grad", weight_grad), ("input_grad", input_grad), ("relu", relu),
+        ("assign_add", assign_add), ("reduce_sum", reduce_sum), ("matmul_sum", matmul_sum),
+        ("scale", scale))}, ms.runtime.synchronize
+
+
+def _torch_cases(arrays):
+    import torch
+    torch.set_num_threads(2)
+    x, w, dy, big = (torch.from_numpy(a) for a in arrays)
+    buffer = torch.zeros(BIG)
+    return {
+        "forward": lambda: x @ w.T, "weight_grad": lambda: dy.T @ x, "input_grad": lambda: dy @ w,
+        "relu": lambda: torch.relu(dy), "assign_add": lambda: buffer.add_(big),
+        "reduce_sum": lambda: big.sum(), "matmul_sum": lambda: (big @ torch.ones(BIG[1], 1)).sum(),
+        "scale": lambda: big * 0.5}, (lambda: None)
+
+
+KERNELS = (
+    ("forward", "matmul x @ W.T  [32,784] x [512,784]"),
+    ("weight_grad", "matmul dy.T @ x [32,512] x [32,784]"),
+    ("input_grad", "matmul dy @ W   [32,512] x [512,784]"),
+    ("relu", "relu [32,512] (the cost of one call)"),
+    ("assign_add", "buffer += grad  [4096,4096]"),
+    ("reduce_sum", "sum             [4096,4096]"),
+    ("matmul_sum", "sum as matmul with ones [4096,4096]"),
+    ("scale", "grad * 0.5      [4096,4096]"),
+)
+
+
+def time_kernels(calls=50, with_torch=True):
+    """Milliseconds per call of each kernel, in graph mode, for MindSpore and PyTorch.
+
+    Returns one dict per kernel: ``kernel``, ``mindspore_ms``, ``torch_ms``
+    (None without PyTorch).
+    """
+    arrays = _data()
+    mindspore_cases, mindspore_sync = _mindspore_cases(arrays)
+    torch_cases = None
+    if with_torch:
+        try:
+            torch_cases, torch_sync = _torch_cases(arrays)
+        except ImportError:
+            torch_cases = None
+    rows = []
+    for key, label in KERNELS:
+        rows.append(dict(kernel=label, mindspore_ms=_time(mindspore_cases[key], calls, mindspore_sync),
+                         torch_ms=_time(torch_cases[key], calls, torch_sync) if torch_cases else None))
+    return rows
+
+
+def format_kernels(rows):
+    """The kernel table as text.
+
+    Example:
+        >>> print(format_kernels([dict(kernel="k", mindspore_ms=2.0, torch_ms=1.0)]))
+        kernel                                   MindSpore ms   PyTorch ms   ratio
+        k                                               2.000        1.000    2.00
+    """
+    lines = [f"{'kernel':40} {'MindSpore ms':>13} {'PyTorch ms':>12} {'ratio':>7}"]
+    for row in rows:
+        torch_ms = row["torch_ms"]
+        tail = f"{torch_ms:12.3f} {row['mindspore_ms'] / torch_ms:7.2f}" if torch_ms else f"{'n/a':>12} {'':>7}"
+        lines.append(f"{row['kernel']:40} {row['mindspore_ms']:13.3f} {tail}")
+    return "\n".join(lines)
