@@ -42,20 +42,26 @@ def _mindspore_cases(arrays):
     ones = Tensor(np.ones((BIG[1], 1), np.float32))
     matmul_tb, matmul_ta = ops.MatMul(transpose_b=True), ops.MatMul(transpose_a=True)
 
-    # Named functions: the graph parser rejects lambdas.
-    def forward(): return matmul_tb(x, w)
-    def weight_grad(): return matmul_ta(dy, x)
-    def input_grad(): return ops.matmul(dy, w)
-    def relu(): return ops.relu(dy)
-    def assign_add(): return ops.assign_add(buffer, big)
-    def reduce_sum(): return big.sum()
-    def matmul_sum(): return ops.matmul(big, ones).sum()
-    def scale(): return big * 0.5
+    # Inputs go in as arguments: a Tensor the function closes over is a
+    # constant to the compiler, which folds sums of it away. Named functions:
+    # the graph parser rejects lambdas.
+    def forward(a, b): return matmul_tb(a, b)
+    def weight_grad(a, b): return matmul_ta(a, b)
+    def input_grad(a, b): return ops.matmul(a, b)
+    def relu(a): return ops.relu(a)
+    def assign_add(a): return ops.assign_add(buffer, a)
+    def reduce_sum(a): return a.sum()
+    def matmul_sum(a, b): return ops.matmul(a, b).sum()
+    def scale(a): return a * 0.5
 
-    return {name: ms.jit(fn) for name, fn in (
-        ("forward", forward), ("weight_grad", weight_grad), ("input_grad", input_grad), ("relu", relu),
-        ("assign_add", assign_add), ("reduce_sum", reduce_sum), ("matmul_sum", matmul_sum),
-        ("scale", scale))}, ms.runtime.synchronize
+    calls = (("forward", forward, (x, w)), ("weight_grad", weight_grad, (dy, x)), ("input_grad", input_grad, (dy, w)),
+             ("relu", relu, (dy,)), ("assign_add", assign_add, (big,)), ("reduce_sum", reduce_sum, (big,)),
+             ("matmul_sum", matmul_sum, (big, ones)), ("scale", scale, (big,)))
+    return {name: _bound(ms.jit(fn), args) for name, fn, args in calls}, ms.runtime.synchronize
+
+
+def _bound(function, args):
+    return lambda: function(*args)
 
 
 def _torch_cases(arrays):
