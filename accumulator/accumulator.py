@@ -60,8 +60,9 @@ class Accumulator:
     """Sums micro-batch gradients and runs ``optimizer`` once per window.
 
     Call it with each micro-batch's gradients inside your (jitted) train
-    step. When the window is full it normalises the summed gradient, checks
-    it, clips it, hands it to the optimizer and clears its buffers. Compute
+    step. When the window is full it scales the summed gradient once (the
+    mean, loss-scale unscaling and clipping in one multiply), checks it,
+    hands it to the optimizer and clears its buffers. Compute
     the loss as for one batch: with ``reduction="mean"`` do not divide it by
     ``accumulate_step``, the accumulator divides once per window.
 
