@@ -26,29 +26,26 @@ def _scale(factor, grad):
     return grad * factor.astype(grad.dtype)
 
 
-def _matrix_sum(grad):
+def _sum(by_matmul, grad):
+    grad = grad.astype(ms.float32)
+    if not by_matmul or grad.ndim < 2:
+        return grad.sum()
     # A product with a ones column sums a matrix: MindSpore 2.10's CPU
     # reductions (ReduceSum, AllFinite) run 5-20x slower than its MatMul over
     # the same elements, more than the whole update costs.
-    if grad.ndim < 2:
-        return grad.sum()
     rows = grad.reshape((grad.shape[0], -1))
-    return ops.matmul(rows, ops.ones((rows.shape[1], 1), rows.dtype)).sum()
+    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32)).sum()
 
 
-def _sum(grad):
-    return _matrix_sum(grad.astype(ms.float32))
-
-
-def _squared_sum(grad):
+def _squared_sum(by_matmul, grad):
     grad = grad.astype(ms.float32)
-    return _matrix_sum(grad * grad)
+    return _sum(by_matmul, grad * grad)
 
 
-def _all_finite_by_sum(grads):
+def _all_finite_by_matmul(grads):
     # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite
     # gradients only overflows beyond 3e38.
-    return ops.isfinite(ops.addn(_hyper_map(_sum, grads)))
+    return ops.isfinite(ops.addn(_hyper_map(ops.partial(_sum, True), grads)))
 
 
 def _state_parameter(value, dtype, name):
@@ -131,9 +128,10 @@ class Accumulator:
         self.skip_nonfinite = skip_nonfinite or loss_scaler is not None
         self.loss_scaler = loss_scaler
         self.grad_reducer = grad_reducer
-        # Ascend and GPU read their own overflow status in ms.amp.all_finite;
-        # on CPU a sum per gradient is the cheap check.
-        self._check_by_sum = ms.get_context("device_target") == "CPU"
+        # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
+        # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
+        # float16, where a sum of squares overflows.
+        self._sum_by_matmul = ms.get_context("device_target") == "CPU"
         self._param_shapes = tuple(list(p.shape) for p in optimizer.parameters)
         # One buffer per parameter and nothing else of that size: the window is
         # cleared by assigning zeros, so no second "zeros" clone is kept.
@@ -240,7 +238,7 @@ class Accumulator:
         if self.clip_norm is not None:
             # The norm of the summed window, scaled as the update will be; any
             # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
-            norm = ops.sqrt(ops.addn(_hyper_map(_squared_sum, grads)))
+            norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self._sum_by_matmul), grads)))
             if factor is not None:
                 norm = norm * factor
             clip = self.clip_norm / ops.maximum(norm, self.clip_norm)
@@ -275,11 +273,11 @@ class Accumulator:
     def _finite(self, grads, norm):
         if not self.skip_nonfinite:
             return _TRUE
-        if not self._check_by_sum:
+        if not self._sum_by_matmul:
             return ms.amp.all_finite(grads)
         if norm is not None:
             return ops.isfinite(norm)
-        return _all_finite_by_sum(grads)
+        return _all_finite_by_matmul(grads)
 
     def _update_if(self, finite, grads):
         if finite:

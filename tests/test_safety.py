@@ -77,15 +77,18 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
     assert all(np.isfinite(p.asnumpy()).all() for p in optimizer.parameters)
 
 
+# by_matmul=False is the Ascend/GPU path (ms.amp.all_finite, plain sums), run here on CPU.
+@pytest.mark.parametrize("by_matmul", [True, False])
 @pytest.mark.parametrize("clip_norm, huge", [(None, 1e30), (1.0, 1e15)])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge):
+def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge, by_matmul):
     # A conv kernel (4-D), a dense matrix and biases (1-D): one bad entry in
     # any of them skips the window; huge but finite gradients do not. With
     # clipping the check is the window's norm, so "huge" stays below 1e19.
     net = nn.SequentialCell(nn.Conv2d(1, 2, 3, has_bias=True), nn.Flatten(), nn.Dense(2 * 4 * 4, 3))
     optimizer = nn.SGD(net.trainable_params(), 1e-40)
     accumulator = Accumulator(optimizer, 1, clip_norm=clip_norm)
+    accumulator._sum_by_matmul = by_matmul
     step = ms.jit(accumulator.__call__)
     shapes = [p.shape for p in optimizer.parameters]
     for index, shape in enumerate(shapes):
@@ -159,7 +162,8 @@ def test_static_loss_scale_is_unscaled_once_per_window():
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-def test_clipping_sees_the_unscaled_mean_under_loss_scaling():
+@pytest.mark.parametrize("by_matmul", [True, False])
+def test_clipping_sees_the_unscaled_mean_under_loss_scaling(by_matmul):
     x, y = make_data(12)
     sizes, clip_norm = [4, 4, 4], 0.05
     initial = [p.asnumpy() for p in make_net().trainable_params()]
@@ -170,6 +174,7 @@ def test_clipping_sees_the_unscaled_mean_under_loss_scaling():
     optimizer = make_optimizer("sgd", net.trainable_params(), LEARNING_RATE)
     scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
     accumulator = Accumulator(optimizer, 3, clip_norm=clip_norm, loss_scaler=scaler)
+    accumulator._sum_by_matmul = by_matmul
     step = accumulated_step(accumulator, scaled_grad_fn(net, optimizer, scaler))
     for data, label in split(x, y, sizes):
         step(data, label)
