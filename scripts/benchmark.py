@@ -12,7 +12,7 @@ off. Each MindSpore configuration is therefore measured with the variable set
 and unset, and contenders are compared best setting against best setting.
 
 Examples:
-    python scripts/benchmark.py --quick               # ~2 minutes (default run: ~15 on a 2-core CPU)
+    python scripts/benchmark.py --quick               # ~2 minutes (default run: ~20 on a 2-core CPU)
     python scripts/benchmark.py --json bench.json --plot bench.png
     python scripts/benchmark.py --nets wide --contenders plain_micro,accumulator
     python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
@@ -326,7 +326,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch", "-B", type=int, default=32, help="micro-batch size B")
     parser.add_argument("--accumulate", "-N", type=int, default=8, help="micro-batches per window N")
     parser.add_argument("--repeats", type=int, default=2, help="alternating rounds over all configurations")
-    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per worker")
+    # A window of the wide net takes ~0.4 s: with 1 s per worker, medians of
+    # the same configuration moved by 10-15% between runs; 4 s steadies them.
+    parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per worker")
     parser.add_argument("--blocks", type=int, default=5, help="timed blocks per worker (whole windows each)")
     # N=256 (N x B = 8192 at B=32) is where the wide net's plain step outgrows the accumulator.
     parser.add_argument("--sweep", default="1,4,16,64,256", help="N values of the memory sweep ('' skips it)")
