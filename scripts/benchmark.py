@@ -86,8 +86,9 @@ def run_worker(config, args):
     if config["blocking"] == "1":
         env[BLOCKING_ENV] = "1"
     env.setdefault("GLOG_v", "3")  # MindSpore's C++ warnings would drown the table
-    spec = dict(config, device_target=args.device_target, seconds=args.seconds,
-                blocks=args.blocks)
+    # Peak memory is reached in the first window; a memory row times one block of one window.
+    timing = dict(seconds=args.seconds, blocks=args.blocks) if config["kind"] == "speed" else dict(seconds=0, blocks=1)
+    spec = dict(config, device_target=args.device_target, **timing)
     command = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
     # Other processes on the machine skew timings: record the load to judge them by.
     load = os.getloadavg()[0]
