@@ -248,25 +248,30 @@ def build_acc_lean(spec):
     return _accumulating(spec, LeanAccumulator)
 
 
-@register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
-          modes=("graph",))
-def build_window(spec):
+def _stacked_window(spec):
+    """Optimizer, grad function and one window of stacked ``[N, B, ...]`` data, for the window-step rows."""
     import mindspore as ms
     from mindspore import ops
-    from accumulator import Accumulator
-    from accumulator.window import make_window_step
     net, optimizer, loss_fn, data = _setup(spec)
-    accumulator = Accumulator(optimizer, spec["accumulate"])
 
     def forward(x, y):
         return loss_fn(net(x), y)
 
-    window_step = make_window_step(ms.value_and_grad(forward, None, optimizer.parameters), accumulator)
     n, b = spec["accumulate"], spec["batch"]
     x, y = data(n * b)
-    # Stacked [N, B, ...]: one call runs the whole window.
-    x, y = ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b))
-    return Runner(lambda: window_step(x, y), n * b, _nbytes(accumulator.state_parameters()),
+    return (optimizer, ms.value_and_grad(forward, None, optimizer.parameters),
+            ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b)))
+
+
+@register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
+          modes=("graph",))
+def build_window(spec):
+    from accumulator import Accumulator
+    from accumulator.window import make_window_step
+    optimizer, grad_fn, x, y = _stacked_window(spec)
+    accumulator = Accumulator(optimizer, spec["accumulate"])
+    window_step = make_window_step(grad_fn, accumulator)
+    return Runner(lambda: window_step(x, y), x.shape[0] * x.shape[1], _nbytes(accumulator.state_parameters()),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
 
 
@@ -277,13 +282,8 @@ def build_window_floor(spec):
     import mindspore as ms
     from mindspore import ops
     from accumulator.accumulator import _add_into, _clear, _hyper_map
-    net, optimizer, loss_fn, data = _setup(spec)
+    optimizer, grad_fn, x, y = _stacked_window(spec)
     buffers = optimizer.parameters.clone(prefix="floor", init="zeros")
-
-    def forward(x, y):
-        return loss_fn(net(x), y)
-
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 
     @ms.jit
     def window_step(x, y, k):
@@ -296,11 +296,9 @@ def build_window_floor(spec):
         _hyper_map(_clear, buffers)
         return i
 
-    n, b = spec["accumulate"], spec["batch"]
-    x, y = data(n * b)
-    x, y, k = ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b)), ms.Tensor(n, ms.int32)
-    return Runner(lambda: window_step(x, y, k), n * b, _nbytes(buffers), _nbytes(optimizer.parameters), _ms_sync,
-                  _ms_weights(optimizer))
+    k = ms.Tensor(x.shape[0], ms.int32)
+    return Runner(lambda: window_step(x, y, k), x.shape[0] * x.shape[1], _nbytes(buffers),
+                  _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
 
 
 # --------------------------------------------------------------------------- PyTorch (reference only)

@@ -88,7 +88,7 @@ KERNELS = (
 )
 
 
-def time_kernels(calls=50, with_torch=True):
+def time_kernels(calls=50):
     """Milliseconds per call of each kernel, in graph mode, for MindSpore and PyTorch.
 
     Returns one dict per kernel: ``kernel``, ``mindspore_ms``, ``torch_ms``
@@ -96,12 +96,10 @@ def time_kernels(calls=50, with_torch=True):
     """
     arrays = _data()
     mindspore_cases, mindspore_sync = _mindspore_cases(arrays)
-    torch_cases = None
-    if with_torch:
-        try:
-            torch_cases, torch_sync = _torch_cases(arrays)
-        except ImportError:
-            torch_cases = None
+    try:
+        torch_cases, torch_sync = _torch_cases(arrays)
+    except ImportError:
+        torch_cases = None
     rows = []
     for key, label in KERNELS:
         rows.append(dict(kernel=label, mindspore_ms=_time(mindspore_cases[key], calls, mindspore_sync),
