@@ -1,16 +1,19 @@
 """Gradient accumulation for MindSpore: a large effective batch on a small device.
 
-Read in this order: ``accumulator`` (the Accumulator), ``schedule`` (how N
-may change), ``state`` (checkpoints), ``cell`` (``mindspore.train.Model``),
-``distributed`` (one AllReduce per window), ``window`` (a whole window per
-compiled call).
+Read in this order: ``accumulator`` (the Accumulator and its state),
+``schedule`` (how N may change), ``state`` (checkpoints), ``cell``
+(``mindspore.train.Model``), ``distributed`` (one AllReduce per window),
+``window`` (a whole window per compiled call); ``checks`` and ``files`` are
+the argument checks and the atomic file write the rest of the project shares.
 """
 from accumulator.accumulator import Accumulator
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
+from accumulator.files import write_atomically
 from accumulator.schedule import as_schedule
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule",
-           "CheckpointMismatchError", "load_checkpoint", "make_window_step", "save_checkpoint", "training_state"]
+           "CheckpointMismatchError", "load_checkpoint", "make_window_step", "save_checkpoint", "training_state",
+           "write_atomically"]

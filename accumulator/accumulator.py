@@ -59,8 +59,8 @@ class Accumulator:
     Call it with each micro-batch's gradients inside your (jitted) train
     step. When the window is full it scales the summed gradient once (the
     mean, loss-scale unscaling and clipping in one multiply), checks it,
-    hands it to the optimizer and clears its buffers. Compute
-    the loss as for one batch: with ``reduction="mean"`` do not divide it by
+    hands it to the optimizer and clears its buffers. Compute the loss as
+    for one batch: with ``reduction="mean"`` do not divide it by
     ``accumulate_step``, the accumulator divides once per window.
 
     Args:
@@ -86,17 +86,44 @@ class Accumulator:
             window's weight as the last item) once per window, before
             normalising; see ``accumulator.distributed``.
 
+    Attributes:
+        grad_buffers: one zero-initialised buffer per optimizer parameter,
+            of its shape and dtype: the window's running sum.
+        accumulate_step: int32 Parameter, N of the current window (set from
+            the schedule after every window).
+        micro_step: int32 Parameter, micro-batches added to the current window.
+        weight_total: float32 Parameter, the mean's divisor: the window's
+            micro-steps, or the sum of their counts.
+        update_count: int32 Parameter, windows the optimizer has applied.
+        skipped_windows: int32 Parameter, windows dropped as non-finite.
+        schedule: where the next window's N comes from (``fixed_step`` is
+            its N when it never changes).
+        sum_by_matmul: take the finiteness check and the clip norm as MatMul
+            sums (the default on CPU; see ``_sum``).
+
+    All the Parameters are the state ``state_parameters()`` returns and
+    checkpoints hold; read one on the host with ``int(...)`` or ``float(...)``.
+
     Example:
-        >>> net = nn.Dense(4, 2)
+        >>> import numpy as np
+        >>> net = nn.Dense(3, 1)
         >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
-        >>> accumulator = Accumulator(optimizer, accumulate_step=4)
-        >>> def forward(x, y):
-        ...     return ((net(x) - y) ** 2).mean()
-        >>> grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-        >>> @ms.jit
-        ... def train_step(x, y):
-        ...     loss, grads = grad_fn(x, y)
-        ...     return loss, accumulator(grads)
+        >>> accumulator = Accumulator(optimizer, accumulate_step=2)
+        >>> def make_train_step(net, accumulator):
+        ...     def forward(x, y):
+        ...         return ((net(x) - y) ** 2).mean()
+        ...     grad_fn = ms.value_and_grad(forward, None, accumulator.optimizer.parameters)
+        ...     @ms.jit
+        ...     def train_step(x, y):
+        ...         loss, grads = grad_fn(x, y)
+        ...         return loss, accumulator(grads)
+        ...     return train_step
+        >>> train_step = make_train_step(net, accumulator)
+        >>> x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.zeros((4, 1), np.float32))
+        >>> [bool(train_step(x, y)[1]) for _ in range(4)]
+        [False, True, False, True]
+        >>> int(accumulator.update_count), int(accumulator.micro_step)
+        (2, 0)
 
     For micro-batches of different sizes, take the gradient of a *summed*
     loss and pass each micro-batch's sample count,
@@ -108,7 +135,7 @@ class Accumulator:
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None):
         if not isinstance(optimizer, nn.Optimizer):
             raise TypeError(f"optimizer must be a mindspore.nn.Optimizer, got {type(optimizer).__name__}")
-        self.schedule, first_step = as_schedule(accumulate_step)
+        self.schedule = as_schedule(accumulate_step)
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         if clip_norm is not None and (isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float))
@@ -131,86 +158,104 @@ class Accumulator:
         # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
         # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
         # float16, where a sum of squares overflows.
-        self._sum_by_matmul = ms.get_context("device_target") == "CPU"
+        self.sum_by_matmul = ms.get_context("device_target") == "CPU"
         self._param_shapes = tuple(list(p.shape) for p in optimizer.parameters)
         # One buffer per parameter and nothing else of that size: the window is
         # cleared by assigning zeros, so no second "zeros" clone is kept.
         self.grad_buffers = optimizer.parameters.clone(prefix="accumulator", init="zeros")
-        self.window_size = _state_parameter(first_step, ms.int32, "window_size")
+        self.accumulate_step = _state_parameter(self.schedule.first_step, ms.int32, "accumulate_step")
         self.micro_step = _state_parameter(0, ms.int32, "micro_step")
-        # Sum of counts, or of 1 per micro-step: the mean's denominator.
         self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = _state_parameter(0, ms.int32, "update_count")
-        self.skipped_count = _state_parameter(0, ms.int32, "skipped_count")
-
-    @property
-    def accumulate_step(self):
-        """Micro-batches in the current window (an int, read on the host)."""
-        return int(self.window_size.asnumpy())
-
-    @property
-    def window_position(self):
-        """Micro-batches accumulated so far in the current window."""
-        return int(self.micro_step.asnumpy())
-
-    @property
-    def updates(self):
-        """Windows applied by the optimizer so far."""
-        return int(self.update_count.asnumpy())
-
-    @property
-    def skipped_windows(self):
-        """Windows dropped because their gradient was not finite."""
-        return int(self.skipped_count.asnumpy())
+        self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
 
     def state_parameters(self):
         """Every Parameter of the accumulator's state, for checkpoints.
 
         Example:
-            >>> ms.save_checkpoint([{"name": p.name, "data": p}
-            ...                     for p in accumulator.state_parameters()], "acc.ckpt")
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
+            >>> [p.name for p in accumulator.state_parameters()][2:]
+            ['accumulator.accumulate_step', 'accumulator.micro_step', 'accumulator.weight_total',
+             'accumulator.update_count', 'accumulator.skipped_windows']
         """
-        return list(self.grad_buffers) + [self.window_size, self.micro_step, self.weight_total,
-                                          self.update_count, self.skipped_count]
+        return list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
+                                          self.update_count, self.skipped_windows]
 
     def __call__(self, grads, count=None):
         """Adds one micro-batch's ``grads``; applies the window when it is full.
 
         ``count`` is the micro-batch's number of samples (or tokens) when the
         grads come from a summed loss. Returns a bool Tensor, True when the
-        optimizer ran on this call.
+        optimizer ran on this call (see the class example).
         """
         self.accumulate(grads, count)
         # Branch on the comparison itself and return fresh constants: binding
         # the condition to a name that is also returned makes MindSpore 2.10's
         # graph compiler drop the branch.
-        if self.micro_step >= self.window_size:
+        if self.micro_step >= self.accumulate_step:
             return self._apply()
         return _FALSE
 
     def accumulate(self, grads, count=None):
         """Adds one micro-batch's ``grads`` to the window and never applies it.
 
-        For loops that decide themselves when to apply (``flush``), such as
-        ``accumulator.window.make_window_step``. Returns the position in the window.
+        For loops that decide themselves when to apply (with ``flush``).
+        Returns the position in the window.
 
         Example:
-            >>> accumulator.accumulate(grads)
-            >>> accumulator.flush()
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
+            >>> [int(accumulator.accumulate(grads)) for _ in range(3)]   # past N: nothing applies
+            [1, 2, 3]
+            >>> bool(accumulator.flush()), int(accumulator.micro_step)
+            (True, 0)
         """
-        weight = self._weight(count)
-        self._add(grads)
-        return self._count(ops.ones((), ms.int32), weight)
+        self._check_weight(count)
+        self.add(grads)
+        return self.count(ops.ones((), ms.int32), count)
 
-    def _add(self, grads):
+    def add(self, grads):
+        """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
+
+        A loop over many micro-batches in one graph (``make_window_step``)
+        adds each and counts once after the loop: two scalar kernels per
+        micro-batch cost about 0.1 ms. Checks that ``grads`` match the
+        optimizer's parameters.
+
+        Example:
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
+            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
+            >>> for _ in range(3):
+            ...     _ = accumulator.add(grads)
+            >>> int(accumulator.count(Tensor(3, ms.int32)))
+            3
+            >>> accumulator.grad_buffers[1].asnumpy()
+            array([3.], dtype=float32)
+        """
         self._check_grads(grads)
-        _hyper_map(_add_into, self.grad_buffers, grads)
+        return _hyper_map(_add_into, self.grad_buffers, grads)
 
-    def _count(self, steps, weight):
-        # Apart from _add so that a loop over micro-batches (the window step)
-        # counts once after it: two scalar kernels per iteration cost ~0.1 ms.
-        ops.assign_add(self.weight_total, weight)
-        return ops.assign_add(self.micro_step, steps)
+    def count(self, micro_steps, weight=None):
+        """Counts ``micro_steps`` added micro-batches; returns the position in the window.
+
+        ``weight`` is their summed ``count`` (samples or tokens) when the
+        gradients come from a summed loss; ``None`` weighs each micro-step 1.
+        Only ``reduction="mean"`` takes a weight.
+
+        Example:
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
+            >>> int(accumulator.count(Tensor(2, ms.int32), Tensor(50.0)))
+            2
+            >>> float(accumulator.weight_total)
+            50.0
+        """
+        self._check_weight(weight)
+        if weight is None:
+            weight = micro_steps
+        ops.assign_add(self.weight_total, ops.cast(weight, ms.float32))
+        return ops.assign_add(self.micro_step, micro_steps)
 
     def flush(self):
         """Applies a partial window now, normalised by what it holds.
@@ -219,9 +264,11 @@ class Accumulator:
         nothing on an empty window. Returns True when the optimizer ran.
 
         Example:
-            >>> for data, label in dataset:
-            ...     train_step(data, label)
-            >>> accumulator.flush()
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
+            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
+            >>> bool(accumulator(grads)), bool(accumulator.flush()), bool(accumulator.flush())
+            (False, True, False)
         """
         if self.micro_step > 0:
             return self._apply()
@@ -238,22 +285,22 @@ class Accumulator:
         if self.clip_norm is not None:
             # The norm of the summed window, scaled as the update will be; any
             # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
-            norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self._sum_by_matmul), grads)))
+            norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads)))
             if factor is not None:
                 norm = norm * factor
             clip = self.clip_norm / ops.maximum(norm, self.clip_norm)
             factor = clip if factor is None else factor * clip
         # Unscaling, the mean and clipping share one multiply per window.
         if factor is not None:
-            grads = self._scaled(grads, factor)
+            grads = _hyper_map(ops.partial(_scale, factor), grads)
         finite = self._finite(grads, norm)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
         updated = self._update_if(finite, grads)
-        self._clear_buffers()
+        _hyper_map(_clear, self.grad_buffers)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
-        ops.assign(self.window_size, self.schedule(self.update_count))
+        ops.assign(self.accumulate_step, self.schedule(self.update_count))
         return updated
 
     def _normalising_factor(self, total):
@@ -264,16 +311,10 @@ class Accumulator:
             divisor = scale if divisor is None else divisor * scale
         return None if divisor is None else 1.0 / divisor
 
-    def _scaled(self, grads, factor):
-        return _hyper_map(ops.partial(_scale, factor), grads)
-
-    def _clear_buffers(self):
-        _hyper_map(_clear, self.grad_buffers)
-
     def _finite(self, grads, norm):
         if not self.skip_nonfinite:
             return _TRUE
-        if not self._sum_by_matmul:
+        if not self.sum_by_matmul:
             return ms.amp.all_finite(grads)
         if norm is not None:
             return ops.isfinite(norm)
@@ -284,15 +325,12 @@ class Accumulator:
             self.optimizer(grads)
             ops.assign_add(self.update_count, ops.ones((), ms.int32))
             return _TRUE
-        ops.assign_add(self.skipped_count, ops.ones((), ms.int32))
+        ops.assign_add(self.skipped_windows, ops.ones((), ms.int32))
         return _FALSE
 
-    def _weight(self, count):
-        if count is None:
-            return ops.ones((), ms.float32)
-        if self.reduction != "mean":
+    def _check_weight(self, weight):
+        if weight is not None and self.reduction != "mean":
             raise ValueError("count weighting needs reduction='mean', got reduction='sum'")
-        return ops.cast(count, ms.float32)
 
     def _check_grads(self, grads):
         if len(grads) != len(self._param_shapes):

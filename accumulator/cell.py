@@ -13,12 +13,19 @@ class AccumulationTrainCell(nn.Cell):
     parameters, so ``ModelCheckpoint`` saves it with the network.
 
     Example:
-        >>> from mindspore.train import Model, LossMonitor
+        >>> import numpy as np
+        >>> import mindspore.dataset as ds
+        >>> from mindspore.train import Model
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 2)
         >>> net_with_loss = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
-        >>> optimizer = nn.SGD(net.trainable_params(), 0.01)
-        >>> cell = AccumulationTrainCell(net_with_loss, Accumulator(optimizer, 4))
-        >>> Model(cell).train(3, dataset, callbacks=[LossMonitor(), FlushAtEpochEnd(cell)],
-        ...                   dataset_sink_mode=False)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.01), accumulate_step=4)
+        >>> cell = AccumulationTrainCell(net_with_loss, accumulator)
+        >>> x, y = np.ones((12, 3), np.float32), np.zeros(12, np.int32)
+        >>> dataset = ds.NumpySlicesDataset((x, y), column_names=["x", "y"], shuffle=False).batch(2)
+        >>> Model(cell).train(2, dataset, callbacks=[FlushAtEpochEnd(cell)], dataset_sink_mode=False)
+        >>> int(accumulator.update_count)   # 6 micro-batches an epoch: a window of 4, then 2 flushed
+        4
     """
 
     def __init__(self, network, accumulator):
@@ -44,8 +51,7 @@ class AccumulationTrainCell(nn.Cell):
 class FlushAtEpochEnd(Callback):
     """Applies the last partial window of every epoch, so no gradient is dropped.
 
-    Example:
-        >>> model.train(epochs, dataset, callbacks=[FlushAtEpochEnd(cell)], dataset_sink_mode=False)
+    Example: see ``AccumulationTrainCell``.
     """
 
     def __init__(self, cell):

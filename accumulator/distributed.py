@@ -16,10 +16,16 @@ class WindowAllReduce:
     communication drops N-fold against reducing every micro-step (what
     ``mindspore.boost.GradientAccumulation`` does).
 
+    Start the processes with ``msrun`` and call
+    ``mindspore.communication.init()`` before the first window is applied.
+
     Example:
-        >>> from mindspore.communication import init
-        >>> init()
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> optimizer = nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1)
         >>> accumulator = Accumulator(optimizer, 4, grad_reducer=WindowAllReduce())
+        >>> accumulator.grad_reducer.all_reduce.op
+        'sum'
     """
 
     def __init__(self, group=None):

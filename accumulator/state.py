@@ -1,9 +1,9 @@
 """Save and restore a training run, accumulator included, mid-window and exactly."""
-import os
-
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
+
+from accumulator.files import write_atomically
 
 
 class CheckpointMismatchError(ValueError):
@@ -18,9 +18,15 @@ def training_state(network, optimizer, accumulator=None, loss_scaler=None):
     counters and the loss scaler's scale.
 
     Example:
-        >>> state = training_state(net, optimizer, accumulator)
-        >>> sorted(state)[:2]
-        ['accumulator.micro_step', 'accumulator.update_count']
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 1)
+        >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
+        >>> sorted(training_state(net, optimizer, Accumulator(optimizer, 4)))
+        ['accum.bias', 'accum.weight', 'accumulator.accumulate_step', 'accumulator.bias',
+         'accumulator.micro_step', 'accumulator.skipped_windows', 'accumulator.update_count',
+         'accumulator.weight', 'accumulator.weight_total', 'bias', 'global_step', 'learning_rate',
+         'momentum', 'stat.bias', 'stat.weight', 'weight']
     """
     state = {}
     for param in network.get_parameters():
@@ -48,22 +54,22 @@ def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
     epoch number, say) and returned by ``load_checkpoint``.
 
     Example:
-        >>> save_checkpoint("run/last.ckpt", net, optimizer, accumulator, extra={"epoch": 3})
+        >>> import os, tempfile
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 1)
+        >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "run", "last.ckpt")
+        >>> save_checkpoint(path, net, optimizer, Accumulator(optimizer, 4), extra={"epoch": 3})
+        >>> os.listdir(os.path.dirname(path))
+        ['last.ckpt']
     """
     state = training_state(network, optimizer, accumulator, loss_scaler)
     clash = sorted(set(extra or {}) & set(state))
     if clash:
         raise ValueError(f"extra keys {clash} clash with parameter names")
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp.ckpt")
-    try:
-        ms.save_checkpoint([{"name": name, "data": param} for name, param in state.items()], temporary,
-                           append_dict=dict(extra or {}))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    entries = [{"name": name, "data": param} for name, param in state.items()]
+    write_atomically(path, lambda temporary: ms.save_checkpoint(entries, temporary, append_dict=dict(extra or {})))
 
 
 def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None):
@@ -76,8 +82,19 @@ def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
     compiled keeps training the restored Parameters.
 
     Example:
-        >>> extra = load_checkpoint("run/last.ckpt", net, optimizer, accumulator)
-        >>> start_epoch = extra["epoch"] + 1
+        >>> import os, tempfile
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 1)
+        >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
+        >>> path = os.path.join(tempfile.mkdtemp(), "last.ckpt")
+        >>> save_checkpoint(path, net, optimizer, Accumulator(optimizer, 4), extra={"epoch": 3})
+        >>> load_checkpoint(path, net, optimizer, Accumulator(optimizer, 4))
+        {'epoch': 3}
+        >>> load_checkpoint(path, net, optimizer, Accumulator(optimizer, 2))
+        Traceback (most recent call last):
+        ...
+        accumulator.state.CheckpointMismatchError: checkpoint ... does not fit: accumulator.accumulate_step is 4, but this accumulator's accumulate_step gives 2 after 0 updates
     """
     state = training_state(network, optimizer, accumulator, loss_scaler)
     saved = ms.load_checkpoint(path)
@@ -103,9 +120,9 @@ def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
 def _window_problems(accumulator, saved):
     update_count = Tensor(saved["accumulator.update_count"].asnumpy())
     expected = int(accumulator.schedule(update_count).asnumpy())
-    window_size = int(saved["accumulator.window_size"].asnumpy())
-    if window_size != expected:
-        return [f"accumulator.window_size is {window_size}, but this accumulator's accumulate_step "
+    accumulate_step = int(saved["accumulator.accumulate_step"].asnumpy())
+    if accumulate_step != expected:
+        return [f"accumulator.accumulate_step is {accumulate_step}, but this accumulator's accumulate_step "
                 f"gives {expected} after {int(update_count.asnumpy())} updates"]
     return []
 

@@ -11,7 +11,6 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.schedule import ConstantSchedule
 
 
 # Module-level helpers, not lambdas or nested functions in the jitted code:
@@ -20,12 +19,12 @@ def _micro_batch(inputs, i):
     return [t[i] for t in inputs]
 
 
-def _loop(grad_fn, accumulator, inputs, counts, k):
-    """Accumulates micro-batches ``0 .. k-1`` of the stacked ``inputs``.
+def _loop(grad_fn, accumulator, inputs, counts, micro_steps):
+    """Accumulates micro-batches ``0 .. micro_steps-1`` of the stacked ``inputs``.
 
     A ``while`` on a Tensor index stays one loop in the graph, so only one
     micro-batch's gradients are alive at a time; a Python ``for`` would be
-    unrolled and keep all k (memory grows with N). ``k`` comes in as a
+    unrolled and keep them all (memory grows with N). ``micro_steps`` comes in as a
     Tensor argument so the bound is never a constant the compiler could
     fold into an unrolled loop (a shape-derived bound was also measured
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
@@ -33,27 +32,23 @@ def _loop(grad_fn, accumulator, inputs, counts, k):
     """
     losses = ops.zeros(inputs[0].shape[:1], ms.float32)
     i = ops.zeros((), ms.int32)
-    while i < k:
+    while i < micro_steps:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
-        accumulator._add(grads)
+        accumulator.add(grads)
         losses[i] = ops.cast(loss, ms.float32)
         i = i + 1
-    if counts is None:
-        weight = ops.cast(k, ms.float32)
-    else:
-        weight = accumulator._weight(counts.sum())
-    accumulator._count(k, weight)
+    accumulator.count(micro_steps, None if counts is None else counts.sum())
     return losses
 
 
 def _jit_loop(grad_fn, accumulator, apply):
     if apply:
-        def window(inputs, counts, k):
-            losses = _loop(grad_fn, accumulator, inputs, counts, k)
+        def window(inputs, counts, micro_steps):
+            losses = _loop(grad_fn, accumulator, inputs, counts, micro_steps)
             return losses, accumulator.flush()
     else:
-        def window(inputs, counts, k):
-            return _loop(grad_fn, accumulator, inputs, counts, k)
+        def window(inputs, counts, micro_steps):
+            return _loop(grad_fn, accumulator, inputs, counts, micro_steps)
     return ms.jit(window)
 
 
@@ -68,13 +63,14 @@ def _jit_micro_step(grad_fn, accumulator):
     return ms.jit(micro_step)
 
 
-def _as_counts(counts, k):
-    """``counts`` as a float32 numpy ``[k]`` array (or None), sliced on the host."""
+def _as_counts(counts, micro_steps):
+    """``counts`` as a float32 numpy ``[micro_steps]`` array (or None), sliced on the host."""
     if counts is None:
         return None
     counts = counts.asnumpy() if isinstance(counts, Tensor) else np.asarray(counts)
-    if counts.shape != (k,):
-        raise ValueError(f"counts must hold one number per micro-batch, shape [{k}], got shape {list(counts.shape)}")
+    if counts.shape != (micro_steps,):
+        raise ValueError(f"counts must hold one number per micro-batch, shape [{micro_steps}], "
+                         f"got shape {list(counts.shape)}")
     # One dtype for every call, so int and float counts share a graph. And
     # counts become fresh Tensors, never views: MindSpore 2.10 misreads a view
     # (``counts[0:3]``) passed straight into a compiled while loop, as 0 or
@@ -95,12 +91,12 @@ def _tensor(array):
 
 def _check_stacked(inputs):
     if not inputs or not all(isinstance(t, Tensor) for t in inputs):
-        raise TypeError("pass the window as stacked Tensors [k, ...] or as a list of micro-batch tuples")
-    k = inputs[0].shape[0] if inputs[0].ndim else 0
-    if k < 1 or any(t.ndim == 0 or t.shape[0] != k for t in inputs):
-        raise ValueError("stacked inputs need the same leading size k >= 1 (micro-batches), got shapes "
+        raise TypeError("pass the window as stacked Tensors [micro-batches, ...] or as a list of micro-batch tuples")
+    micro_steps = inputs[0].shape[0] if inputs[0].ndim else 0
+    if micro_steps < 1 or any(t.ndim == 0 or t.shape[0] != micro_steps for t in inputs):
+        raise ValueError("stacked inputs need the same leading size >= 1 (micro-batches), got shapes "
                          f"{[list(t.shape) for t in inputs]}")
-    return k
+    return micro_steps
 
 
 def _runs(micro_batches):
@@ -128,19 +124,20 @@ def make_window_step(grad_fn, accumulator):
     Returns:
         ``window_step(*stacked, counts=None)`` or
         ``window_step(micro_batches, counts=None)``, returning
-        ``(losses, updated)``: a float32 ``[k]`` Tensor of the micro-batch
-        losses and a bool Tensor, True when the optimizer ran.
+        ``(losses, updated)``: a float32 ``[micro-batches]`` Tensor of the
+        micro-batch losses and a bool Tensor, True when the optimizer ran.
 
-        * ``stacked``: one Tensor per ``grad_fn`` argument, each ``[k, ...]``
-          with micro-batch ``i`` at index ``i``. Each new ``k`` (such as the
-          epoch's last, shorter window) compiles once more.
+        * ``stacked``: one Tensor per ``grad_fn`` argument, each
+          ``[micro-batches, ...]`` with micro-batch ``i`` at index ``i``. Each
+          new number of micro-batches (such as the epoch's last, shorter
+          window) compiles once more.
         * ``micro_batches``: a list or tuple of per-micro-batch argument
           tuples, e.g. from ``data.mnist.mnist_windows``. Runs of equal shapes
           are stacked and looped; a micro-batch of another size (the epoch's
           uneven last batch) goes through a separately compiled
           single-micro-batch accumulate. The loop stays in the graph either way.
-        * ``counts``: ``k`` sample (or token) counts, when ``grad_fn`` is the
-          gradient of a *summed* loss: the update is then
+        * ``counts``: one sample (or token) count per micro-batch, when
+          ``grad_fn`` is the gradient of a *summed* loss: the update is then
           ``sum(grads) / sum(counts)``, exact for uneven micro-batches.
 
     The window is applied with ``accumulator.flush()`` after its last
@@ -148,63 +145,68 @@ def make_window_step(grad_fn, accumulator):
     start from an empty accumulator window unless you mean to add to it.
 
     Example:
-        >>> accumulator = Accumulator(optimizer, accumulate_step=4)
-        >>> grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-        >>> window_step = make_window_step(grad_fn, accumulator)
-        >>> losses, updated = window_step(images, labels)   # [4, B, ...], [4, B]
-        >>> for window in mnist_windows("MNIST_Data/train", 32, 4):
-        ...     losses, updated = window_step(window)
+        >>> import numpy as np
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 1)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
+        >>> def make_grad_fn(net, parameters):
+        ...     def forward(x, y):
+        ...         return ((net(x) - y) ** 2).sum()
+        ...     return ms.value_and_grad(forward, None, parameters)
+        >>> window_step = make_window_step(make_grad_fn(net, accumulator.optimizer.parameters), accumulator)
+        >>> x, y = Tensor(np.ones((4, 2, 3), np.float32)), Tensor(np.zeros((4, 2, 1), np.float32))
+        >>> losses, updated = window_step(x, y)              # stacked: [4, B, ...]
+        >>> losses.shape, bool(updated), int(accumulator.update_count)
+        ((4,), True, 1)
 
-    With a summed loss and counts, the epoch's short last batch weighs
-    exactly as many samples as it holds:
-        >>> window_step(window, counts=[len(x) for x, _ in window])
+    A list of micro-batches may end with a shorter one; with a summed loss
+    and counts it weighs exactly as many samples as it holds:
+        >>> window = [(x[0], y[0]), (x[1, :1], y[1, :1])]
+        >>> losses, updated = window_step(window, counts=[2, 1])
+        >>> losses.shape, float(accumulator.weight_total), int(accumulator.update_count)
+        ((2,), 0.0, 2)
     """
     # A host-side read of the window size would wait for the device every
-    # call; only a constant schedule's N is known up front.
-    if isinstance(accumulator.schedule, ConstantSchedule):
-        max_k = int(accumulator.schedule.step.asnumpy())
-    else:
-        max_k = None
+    # call; only a fixed schedule's N is known up front.
+    accumulate_step = accumulator.schedule.fixed_step
     apply_loop = _jit_loop(grad_fn, accumulator, apply=True)
     add_loop = _jit_loop(grad_fn, accumulator, apply=False)
     add_one = _jit_micro_step(grad_fn, accumulator)
     flush = ms.jit(accumulator.flush)
 
-    def check_k(k):
-        if max_k is not None and k > max_k:
-            raise ValueError(f"a window holds at most accumulate_step={max_k} micro-batches, got {k}")
+    def check_length(micro_steps):
+        if accumulate_step is not None and micro_steps > accumulate_step:
+            raise ValueError(f"a window holds at most accumulate_step={accumulate_step} micro-batches, "
+                             f"got {micro_steps}")
 
     def window_step(*inputs, counts=None):
-        """One window: ``window_step(*stacked, counts=None)`` or ``window_step(micro_batches, counts=None)``.
-
-        Example:
-            >>> losses, updated = window_step(images, labels)
-        """
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             return _run_micro_batches(list(inputs[0]), counts)
-        k = _check_stacked(inputs)
-        check_k(k)
-        return apply_loop(_variables(inputs), _tensor(_as_counts(counts, k)), Tensor(k, ms.int32))
+        micro_steps = _check_stacked(inputs)
+        check_length(micro_steps)
+        return apply_loop(_variables(inputs), _tensor(_as_counts(counts, micro_steps)),
+                          Tensor(micro_steps, ms.int32))
 
     def _run_micro_batches(micro_batches, counts):
         if not micro_batches:
             raise ValueError("a window needs at least one micro-batch")
         micro_batches = [tuple(batch) for batch in micro_batches]
-        k = len(micro_batches)
-        check_k(k)
-        counts = _as_counts(counts, k)
+        micro_steps = len(micro_batches)
+        check_length(micro_steps)
+        counts = _as_counts(counts, micro_steps)
         runs = _runs(micro_batches)
         if len(runs) == 1:
             # The common case stays one compiled call, flush included.
             stacked = _variables(ops.stack(column) for column in zip(*micro_batches))
-            return apply_loop(stacked, _tensor(counts), Tensor(k, ms.int32))
+            return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
         losses = []
         for start, stop in runs:
-            run_counts = None if counts is None else counts[start:stop]
             if stop - start == 1:
                 count = None if counts is None else Tensor(counts[start])
                 losses.append(add_one(_variables(micro_batches[start]), count).reshape((1,)))
             else:
+                run_counts = None if counts is None else counts[start:stop]
                 stacked = _variables(ops.stack(column) for column in zip(*micro_batches[start:stop]))
                 losses.append(add_loop(stacked, _tensor(run_counts), Tensor(stop - start, ms.int32)))
         return ops.concat(losses), flush()

@@ -62,7 +62,7 @@ def test_model_train_equals_the_hand_written_loop(tmp_path):
                       dataset_sink_mode=False)
 
     assert_states_close(optimizer_state(optimizer), expected)
-    assert accumulator.updates == 3 * EPOCHS
+    assert int(accumulator.update_count) == 3 * EPOCHS
     np.testing.assert_allclose(recorder.losses, expected_losses, rtol=1e-5)
 
     # ModelCheckpoint's file carries the accumulator, and load_checkpoint reads it.
@@ -73,4 +73,4 @@ def test_model_train_equals_the_hand_written_loop(tmp_path):
     load_checkpoint(str(tmp_path / checkpoints[-1]), fresh_net, fresh_optimizer, fresh_accumulator)
     assert "accumulator.micro_step" in ms.load_checkpoint(str(tmp_path / checkpoints[-1]))
     # The last save came after the final micro-step, before the epoch-end flush.
-    assert (fresh_accumulator.updates, fresh_accumulator.window_position) == (3 * EPOCHS - 1, 1)
+    assert (int(fresh_accumulator.update_count), int(fresh_accumulator.micro_step)) == (3 * EPOCHS - 1, 1)

@@ -72,7 +72,7 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
     step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
     updated = [bool(step(data, label)[1]) for data, label in split(x_bad, y, [4] * 8)]
     assert updated == [False, True, False, False, False, False, False, True]
-    assert accumulator.skipped_windows == 2 and accumulator.updates == 2
+    assert int(accumulator.skipped_windows) == 2 and int(accumulator.update_count) == 2
     assert_states_close(optimizer_state(optimizer), expected)
     assert all(np.isfinite(p.asnumpy()).all() for p in optimizer.parameters)
 
@@ -88,7 +88,7 @@ def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge, by_matmul)
     net = nn.SequentialCell(nn.Conv2d(1, 2, 3, has_bias=True), nn.Flatten(), nn.Dense(2 * 4 * 4, 3))
     optimizer = nn.SGD(net.trainable_params(), 1e-40)
     accumulator = Accumulator(optimizer, 1, clip_norm=clip_norm)
-    accumulator._sum_by_matmul = by_matmul
+    accumulator.sum_by_matmul = by_matmul
     step = ms.jit(accumulator.__call__)
     shapes = [p.shape for p in optimizer.parameters]
     for index, shape in enumerate(shapes):
@@ -96,7 +96,7 @@ def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge, by_matmul)
         grads[index].reshape(-1)[-1] = bad
         assert not bool(step(ms.mutable(tuple(ms.Tensor(g) for g in grads))))
     assert bool(step(ms.mutable(tuple(ms.Tensor(np.full(s, -huge, np.float32)) for s in shapes))))
-    assert accumulator.skipped_windows == len(shapes) and accumulator.updates == 1
+    assert int(accumulator.skipped_windows) == len(shapes) and int(accumulator.update_count) == 1
 
 
 def test_nonfinite_check_can_be_turned_off():
@@ -108,7 +108,7 @@ def test_nonfinite_check_can_be_turned_off():
     grad_fn = grad_fn_for(net, optimizer)
     for data, label in split(x, y, [4, 4]):
         accumulator(grad_fn(data, label)[1])
-    assert accumulator.updates == 1 and accumulator.skipped_windows == 0
+    assert int(accumulator.update_count) == 1 and int(accumulator.skipped_windows) == 0
     assert not np.isfinite(optimizer.parameters[0].asnumpy()).all()
 
 
@@ -132,7 +132,7 @@ def test_dynamic_loss_scale_moves_once_per_window_and_unscales_exactly():
     # Finite windows count up to scale_window=2 then double; the overflowed
     # window halves; nothing moves mid-window.
     assert scales == [1024, 1024, 1024, 2048, 2048, 1024, 1024, 1024, 1024, 2048]
-    assert accumulator.skipped_windows == 1
+    assert int(accumulator.skipped_windows) == 1
     assert_states_close(optimizer_state(optimizer), expected)
 
 
@@ -174,7 +174,7 @@ def test_clipping_sees_the_unscaled_mean_under_loss_scaling(by_matmul):
     optimizer = make_optimizer("sgd", net.trainable_params(), LEARNING_RATE)
     scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
     accumulator = Accumulator(optimizer, 3, clip_norm=clip_norm, loss_scaler=scaler)
-    accumulator._sum_by_matmul = by_matmul
+    accumulator.sum_by_matmul = by_matmul
     step = accumulated_step(accumulator, scaled_grad_fn(net, optimizer, scaler))
     for data, label in split(x, y, sizes):
         step(data, label)

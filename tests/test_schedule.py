@@ -28,17 +28,18 @@ def test_windows_follow_the_schedule_and_equal_their_large_batches(accumulate_st
     step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
     seen_sizes = []
     for (data, label), size in zip(windows, window_sizes):
-        seen_sizes.append(accumulator.accumulate_step)
+        seen_sizes.append(int(accumulator.accumulate_step))
         for micro in split(data, label, [4] * size):
             step(*micro)
     assert seen_sizes == window_sizes
-    assert accumulator.updates == 4
+    assert int(accumulator.update_count) == 4
     assert_states_close(optimizer_state(optimizer), expected)
 
 
 def test_piecewise_schedule_picks_the_last_started_entry():
-    schedule, first = as_schedule({0: 8, 100: 4, 500: 1})
-    assert first == 8
+    schedule = as_schedule({0: 8, 100: 4, 500: 1})
+    assert (schedule.first_step, schedule.fixed_step) == (8, None)
+    assert as_schedule(3).fixed_step == 3
     assert [int(schedule(Tensor(u, ms.int32)).asnumpy()) for u in (0, 99, 100, 499, 500, 10 ** 6)] == \
         [8, 8, 4, 4, 1, 1]
 

@@ -70,14 +70,14 @@ def test_resume_continues_bit_identically(tmp_path, saved_at):
     net, optimizer, accumulator, step = build_run()
     run_steps(step, 0, saved_at)
     save_checkpoint(path, net, optimizer, accumulator, extra={"next_step": saved_at})
-    assert accumulator.window_position == saved_at % ACCUMULATE_STEP
+    assert int(accumulator.micro_step) == saved_at % ACCUMULATE_STEP
     run_steps(step, saved_at, TOTAL_STEPS)
     uninterrupted = full_state(optimizer, accumulator)
 
     # The same process, after the step has compiled: restore in place.
     extra = load_checkpoint(path, net, optimizer, accumulator)
     assert extra["next_step"] == saved_at
-    assert accumulator.window_position == saved_at % ACCUMULATE_STEP
+    assert int(accumulator.micro_step) == saved_at % ACCUMULATE_STEP
     run_steps(step, saved_at, TOTAL_STEPS)
     assert_identical(full_state(optimizer, accumulator), uninterrupted)
 
@@ -93,7 +93,7 @@ def test_checkpoint_holds_network_optimizer_and_accumulator_state(tmp_path):
     net, optimizer, accumulator, step = build_run(loss_scaler=ms.amp.DynamicLossScaler(2.0 ** 8, 2, 10))
     names = set(training_state(net, optimizer, accumulator, accumulator.loss_scaler))
     assert {"0.weight", "moment1.0.weight", "global_step", "accumulator.0.weight",
-            "accumulator.micro_step", "accumulator.window_size", "loss_scaler.scale_value"} <= names
+            "accumulator.micro_step", "accumulator.accumulate_step", "loss_scaler.scale_value"} <= names
 
 
 def test_mismatched_checkpoint_raises_and_changes_nothing(tmp_path):
@@ -105,7 +105,7 @@ def test_mismatched_checkpoint_raises_and_changes_nothing(tmp_path):
     other_net, other_optimizer, other_accumulator, other_step = build_run(accumulate_step=2)
     run_steps(other_step, 0, 1)
     before = full_state(other_optimizer, other_accumulator)
-    with pytest.raises(CheckpointMismatchError, match="window_size is 3.*gives 2"):
+    with pytest.raises(CheckpointMismatchError, match="accumulate_step is 3.*gives 2"):
         load_checkpoint(path, other_net, other_optimizer, other_accumulator)
     assert_identical(full_state(other_optimizer, other_accumulator), before)
 

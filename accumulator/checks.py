@@ -1,0 +1,53 @@
+"""Argument checks shared by the library, the data, the models and the training tool.
+
+Each returns the value in its plain Python type or raises ``ValueError``
+naming the argument and the value, so callers check before touching state.
+"""
+import numbers
+
+
+def positive_int(value, name):
+    """``value`` as an int >= 1, or a ValueError naming ``name``.
+
+    Example:
+        >>> positive_int(4, "accumulate_step")
+        4
+        >>> positive_int(0, "accumulate_step")
+        Traceback (most recent call last):
+        ...
+        ValueError: accumulate_step must be a positive int, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+def non_negative_int(value, name):
+    """``value`` as an int >= 0, or a ValueError naming ``name``.
+
+    Example:
+        >>> non_negative_int(0, "seed")
+        0
+        >>> non_negative_int(-1, "seed")
+        Traceback (most recent call last):
+        ...
+        ValueError: seed must be a non-negative int, got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def boolean(value, name):
+    """``value`` if it is True or False, else a ValueError naming ``name``.
+
+    Example:
+        >>> boolean("yes", "shuffle")
+        Traceback (most recent call last):
+        ...
+        ValueError: shuffle must be True or False, got 'yes'
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
