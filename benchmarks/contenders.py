@@ -4,7 +4,8 @@ A builder takes the worker's spec (``hidden``, ``batch`` B, ``accumulate`` N,
 ``mode``) and returns a ``Runner``: a no-argument ``step`` that trains on one
 call's worth of fixed synthetic data, how many samples one call consumes, and
 the bytes of extra state the contender keeps. To add a row, write a builder
-and ``register`` it; nothing else changes.
+and ``register`` it; nothing else changes. The builders are private: the
+registry, ``CONTENDERS[name].build``, is how they are reached.
 
 MindSpore is imported inside the builders so the parent process (which only
 schedules workers) never pays for it.
@@ -32,6 +33,13 @@ class Runner:
 
 @dataclass
 class Contender:
+    """A registered row: its name, what it measures, its builder and where it runs.
+
+    Example:
+        >>> contender = CONTENDERS["window"]
+        >>> contender.framework, contender.modes, contender.experiment
+        ('mindspore', ('graph',), False)
+    """
     name: str
     doc: str
     build: Callable
@@ -52,8 +60,9 @@ def register(name, doc, framework="mindspore", modes=("graph", "pynative"), avai
         >>> @register("my_row", "what it measures", modes=("graph",))
         ... def build_my_row(spec):
         ...     return Runner(step=lambda: None, samples_per_call=spec["batch"], state_bytes=0, param_bytes=1)
-        >>> "my_row" in CONTENDERS
-        True
+        >>> CONTENDERS["my_row"].build(dict(batch=8)).samples_per_call
+        8
+        >>> del CONTENDERS["my_row"]  # the example's row is not a real one
     """
     def decorate(build):
         CONTENDERS[name] = Contender(name, doc, build, framework, tuple(modes), available, experiment)
@@ -132,12 +141,12 @@ def _plain(spec, rows):
 
 
 @register("plain_micro", "(1) plain step at micro-batch B, no accumulation")
-def build_plain_micro(spec):
+def _build_plain_micro(spec):
     return _plain(spec, spec["batch"])
 
 
 @register("plain_full", "(2) plain step at the full batch N x B")
-def build_plain_full(spec):
+def _build_plain_full(spec):
     return _plain(spec, spec["batch"] * spec["accumulate"])
 
 
@@ -182,19 +191,19 @@ def _state_of(accumulator):
 
 
 @register("accumulator", "(3) this project's Accumulator, B x N")
-def build_accumulator(spec):
+def _build_accumulator(spec):
     from accumulator import Accumulator
     return _accumulating(spec, Accumulator)
 
 
 @register("tutorial", "(4) the MindSpore tutorial's accumulator: zeros clone, branch on counter % N, loss / N")
-def build_tutorial(spec):
-    from benchmarks.variants import TutorialAccumulator
+def _build_tutorial(spec):
+    from benchmarks.tutorial import TutorialAccumulator
     return _accumulating(spec, TutorialAccumulator, divide_loss=True)
 
 
 @register("boost", "(5) mindspore.boost.GradientAccumulation (divides by N itself: loss not divided)")
-def build_boost(spec):
+def _build_boost(spec):
     from mindspore.boost import GradientAccumulation
     # GradientAccumulation(max_accumulation_step, optimizer) is a Cell whose
     # construct(loss, grads) accumulates grads / N and returns the loss.
@@ -204,17 +213,10 @@ def build_boost(spec):
     return _accumulating(spec, make, pass_loss=True)
 
 
-# Experiments on the Accumulator's design (see benchmarks/variants.py); graph mode only.
-@register("acc_assign_first", "Accumulator variant: first micro-step assigns, no clearing pass",
-          modes=("graph",), experiment=True)
-def build_acc_assign_first(spec):
-    from benchmarks.variants import AssignFirstAccumulator
-    return _accumulating(spec, AssignFirstAccumulator)
-
-
+# Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
 @register("acc_no_finite_check", "Accumulator with skip_nonfinite=False: the price of the per-window check",
           modes=("graph",), experiment=True)
-def build_acc_no_finite_check(spec):
+def _build_acc_no_finite_check(spec):
     from accumulator import Accumulator
 
     def make(optimizer, accumulate_step):
@@ -225,27 +227,13 @@ def build_acc_no_finite_check(spec):
 
 @register("acc_sum", "Accumulator(reduction='sum') with loss / N as the tutorial: no scaling pass per window",
           modes=("graph",), experiment=True)
-def build_acc_sum(spec):
+def _build_acc_sum(spec):
     from accumulator import Accumulator
 
     def make(optimizer, accumulate_step):
         return Accumulator(optimizer, accumulate_step, reduction="sum")
 
     return _accumulating(spec, make, divide_loss=True)
-
-
-@register("acc_inplace_mean", "Accumulator variant: mean scaled into the buffers in place",
-          modes=("graph",), experiment=True)
-def build_acc_inplace_mean(spec):
-    from benchmarks.variants import InplaceMeanAccumulator
-    return _accumulating(spec, InplaceMeanAccumulator)
-
-
-@register("acc_lean", "Accumulator variant: assign-first and in-place mean together", modes=("graph",),
-          experiment=True)
-def build_acc_lean(spec):
-    from benchmarks.variants import LeanAccumulator
-    return _accumulating(spec, LeanAccumulator)
 
 
 def _stacked_window(spec):
@@ -265,7 +253,7 @@ def _stacked_window(spec):
 
 @register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
           modes=("graph",))
-def build_window(spec):
+def _build_window(spec):
     from accumulator import Accumulator
     from accumulator.window import make_window_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
@@ -278,24 +266,11 @@ def build_window(spec):
 @register("window_floor", "the least any MindSpore window step can cost: a bare while loop of forward, "
           "backward and assign_add, then one SGD update; no mean, checks or counters", modes=("graph",),
           experiment=True)
-def build_window_floor(spec):
+def _build_window_floor(spec):
     import mindspore as ms
-    from mindspore import ops
-    from accumulator.accumulator import _add_into, _clear, _hyper_map
+    from benchmarks.floor import make_floor_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    buffers = optimizer.parameters.clone(prefix="floor", init="zeros")
-
-    @ms.jit
-    def window_step(x, y, k):
-        i = ops.zeros((), ms.int32)
-        while i < k:
-            _, grads = grad_fn(x[i], y[i])
-            _hyper_map(_add_into, buffers, grads)
-            i = i + 1
-        optimizer(buffers)
-        _hyper_map(_clear, buffers)
-        return i
-
+    window_step, buffers = make_floor_step(grad_fn, optimizer)
     k = ms.Tensor(x.shape[0], ms.int32)
     return Runner(lambda: window_step(x, y, k), x.shape[0] * x.shape[1], _nbytes(buffers),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
@@ -306,7 +281,7 @@ def build_window_floor(spec):
 @register("torch_accumulate", "PyTorch eager reference: manual accumulation, loss / N, 2 threads",
           framework="torch", modes=("eager",),
           available=lambda: importlib.util.find_spec("torch") is not None)
-def build_torch_accumulate(spec):
+def _build_torch_accumulate(spec):
     import torch
     torch.set_num_threads(2)
     torch.manual_seed(0)

@@ -5,14 +5,16 @@ kernel makes it so on the machine at hand: the MatMuls of the MNIST net's
 first layer, the gradient sum (``AssignAdd``) and the reductions a
 finiteness check needs. Run it with ``python scripts/benchmark.py --kernels``.
 
-Example:
-    >>> rows = time_kernels(calls=5)  # doctest: +SKIP
-    >>> rows[0]["kernel"]
-    'matmul x @ W.T  [32,784] x [512,784]'
+``report_kernels`` times and prints them all.
 """
+import os
 import time
 
 import numpy as np
+
+from benchmarks.configs import BLOCKING_ENV
+from benchmarks.report import write_json
+from benchmarks.worker import use_mindspore
 
 BIG = (4096, 4096)  # the wide net's middle weight
 
@@ -27,13 +29,27 @@ def _time(call, calls, sync):
     return 1000.0 * (time.perf_counter() - start) / calls
 
 
-def _data():
-    """The same numpy inputs for both frameworks: x, W, dy of the first layer and a big matrix."""
+def kernel_inputs():
+    """The same numpy inputs for both frameworks: x, W, dy of the first layer and a big matrix.
+
+    Example:
+        >>> [a.shape for a in kernel_inputs()]
+        [(32, 784), (512, 784), (32, 512), (4096, 4096)]
+    """
     rng = np.random.default_rng(0)
     return [rng.random(s, np.float32) for s in ((32, 784), (512, 784), (32, 512), BIG)]
 
 
-def _mindspore_cases(arrays):
+def mindspore_kernels(arrays):
+    """MindSpore's jitted call of each kernel of ``KERNELS`` on ``arrays``, and a sync function.
+
+    Returns ``({key: no-argument call}, sync)``; each call returns its result.
+
+    Example:
+        >>> calls, sync = mindspore_kernels(kernel_inputs())
+        >>> calls["relu"]().shape
+        (32, 512)
+    """
     import mindspore as ms
     from mindspore import Parameter, Tensor, ops
 
@@ -64,7 +80,19 @@ def _bound(function, args):
     return lambda: function(*args)
 
 
-def _torch_cases(arrays):
+def torch_kernels(arrays):
+    """PyTorch's call of each kernel of ``KERNELS`` on ``arrays``, and a sync function.
+
+    Raises ImportError without PyTorch.
+
+    Example:
+        >>> try:
+        ...     calls, sync = torch_kernels(kernel_inputs())
+        ... except ImportError:  # no PyTorch here
+        ...     calls = None
+        >>> calls is None or sorted(calls) == sorted(key for key, _ in KERNELS)
+        True
+    """
     import torch
     torch.set_num_threads(2)
     x, w, dy, big = (torch.from_numpy(a) for a in arrays)
@@ -93,11 +121,16 @@ def time_kernels(calls=50):
 
     Returns one dict per kernel: ``kernel``, ``mindspore_ms``, ``torch_ms``
     (None without PyTorch).
+
+    Example:
+        >>> rows = time_kernels(calls=1)
+        >>> rows[0]["kernel"], rows[0]["mindspore_ms"] > 0
+        ('matmul x @ W.T  [32,784] x [512,784]', True)
     """
-    arrays = _data()
-    mindspore_cases, mindspore_sync = _mindspore_cases(arrays)
+    arrays = kernel_inputs()
+    mindspore_cases, mindspore_sync = mindspore_kernels(arrays)
     try:
-        torch_cases, torch_sync = _torch_cases(arrays)
+        torch_cases, torch_sync = torch_kernels(arrays)
     except ImportError:
         torch_cases = None
     rows = []
@@ -121,3 +154,25 @@ def format_kernels(rows):
         tail = f"{torch_ms:12.3f} {row['mindspore_ms'] / torch_ms:7.2f}" if torch_ms else f"{'n/a':>12} {'':>7}"
         lines.append(f"{row['kernel']:40} {row['mindspore_ms']:13.3f} {tail}")
     return "\n".join(lines)
+
+
+def report_kernels(device_target="CPU", json_path=None, calls=50):
+    """Times the kernels in this process (graph mode, blocking run on) and prints the table.
+
+    Sets ``MS_DEV_HOST_BLOCKING_RUN=1`` (read when MindSpore starts, so only
+    when it has not started yet in this process), graph mode and the device.
+    Writes ``{"kernels": rows}`` to ``json_path`` when given; returns 0.
+
+    Example:
+        >>> report_kernels(calls=1)  # doctest: +ELLIPSIS
+        kernel                                   MindSpore ms   PyTorch ms   ratio
+        matmul x @ W.T  [32,784] x [512,784]  ...
+        0
+    """
+    os.environ[BLOCKING_ENV] = "1"
+    use_mindspore("graph", device_target)
+    rows = time_kernels(calls)
+    print(format_kernels(rows))
+    if json_path:
+        write_json(json_path, kernels=rows)
+    return 0

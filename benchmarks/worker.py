@@ -1,17 +1,31 @@
-"""Times one configuration inside the subprocess ``scripts/benchmark.py`` starts.
+"""Times one configuration; ``benchmarks.runner`` starts it as ``python -m benchmarks.worker SPEC``.
 
-Example:
-    >>> measure(dict(contender="plain_micro", hidden=512, batch=32, accumulate=4, mode="graph",
-    ...              device_target="CPU", seconds=0.5, blocks=3))["block_ms"]  # doctest: +SKIP
-    [0.91, 0.88, 0.90]
+``SPEC`` is the configuration as JSON, with ``device_target``, ``seconds``
+and ``blocks``. The worker prints one line, ``RESULT`` and the result as
+JSON, and exits 0; a failure is a traceback and a non-zero exit. By hand,
+from the repository root::
+
+    python -m benchmarks.worker '{"kind": "speed", "net": "mnist", "hidden": 512, "contender": "window",
+        "mode": "graph", "blocking": "1", "batch": 32, "accumulate": 8, "device_target": "CPU",
+        "seconds": 1, "blocks": 3}'
 """
+import json
 import resource
+import sys
 import time
 
 from benchmarks.contenders import CONTENDERS
 
+RESULT_PREFIX = "RESULT "
 
-def _peak_mb(device_target):
+
+def peak_mb(device_target):
+    """Peak memory of this process so far, in MB: RSS on CPU, the device allocator's peak elsewhere.
+
+    Example:
+        >>> peak_mb("CPU") > 0
+        True
+    """
     # On CPU the tensors live in the process; RSS is what a user would run out of.
     if device_target == "CPU":
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
@@ -19,20 +33,42 @@ def _peak_mb(device_target):
     return ms.runtime.max_memory_allocated() / 2 ** 20
 
 
+def use_mindspore(mode, device_target):
+    """Sets MindSpore's execution mode (``"graph"`` or ``"pynative"``) and device for this process.
+
+    The device can be chosen only before the runtime starts; when it is
+    already ``device_target``, it is left alone.
+
+    Example:
+        >>> import mindspore as ms
+        >>> use_mindspore("graph", "CPU")
+        >>> ms.get_context("mode") == ms.GRAPH_MODE
+        True
+    """
+    import mindspore as ms
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    if ms.get_context("device_target") != device_target:
+        ms.set_device(device_target)
+
+
 def measure(spec):
     """Builds the contender, times its first call and then whole windows in blocks.
 
     Returns per-block milliseconds per micro-batch of B samples, first-call
     (compile) seconds, state and parameter bytes, peak and baseline memory.
+    It sets MindSpore's mode and device for the whole process.
+
+    Example:
+        >>> result = measure(dict(contender="plain_micro", hidden=8, batch=4, accumulate=2, mode="graph",
+        ...                       device_target="CPU", seconds=0.01, blocks=2))
+        >>> len(result["block_ms"]), result["param_bytes"]  # (784*8 + 8 + 8*8 + 8 + 8*10 + 10) float32
+        (2, 25768)
     """
     contender = CONTENDERS[spec["contender"]]
     if contender.framework == "mindspore":
-        import mindspore as ms
-        mode = ms.GRAPH_MODE if spec["mode"] == "graph" else ms.PYNATIVE_MODE
-        ms.set_context(mode=mode)
-        ms.set_device(spec["device_target"])
+        use_mindspore(spec["mode"], spec["device_target"])
     # Memory the runtime holds before any of the contender's tensors exist.
-    baseline_mb = _peak_mb(spec["device_target"])
+    baseline_mb = peak_mb(spec["device_target"])
     runner = contender.build(spec)
     sync = runner.sync or (lambda: None)
     # Whole windows per block, so the once-per-window update is counted at its real share.
@@ -63,4 +99,21 @@ def measure(spec):
         block_ms.append(1000.0 * (time.perf_counter() - start) / micro_batches)
     return dict(block_ms=block_ms, compile_s=compile_s, windows_per_block=windows,
                 state_bytes=runner.state_bytes, param_bytes=runner.param_bytes,
-                peak_mb=_peak_mb(spec["device_target"]), baseline_mb=baseline_mb)
+                peak_mb=peak_mb(spec["device_target"]), baseline_mb=baseline_mb)
+
+
+def main(argv=None):
+    """Measures the configuration given as JSON in ``argv[0]`` and prints the ``RESULT`` line.
+
+    Example:
+        >>> main(['{"contender": "nope"}'])
+        Traceback (most recent call last):
+        KeyError: 'nope'
+    """
+    spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    print(RESULT_PREFIX + json.dumps(measure(spec)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

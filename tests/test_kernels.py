@@ -13,7 +13,7 @@ def expected(arrays):
 
 
 def check(cases, to_numpy):
-    arrays = kernels._data()
+    arrays = kernels.kernel_inputs()
     assert set(cases) == {key for key, _ in kernels.KERNELS}
     for key, want in expected(arrays).items():
         # Float32 sums of 16.7M numbers round differently from float64 ones.
@@ -21,12 +21,12 @@ def check(cases, to_numpy):
 
 
 def test_mindspore_kernels_compute_what_their_labels_say():
-    check(kernels._mindspore_cases(kernels._data())[0], lambda tensor: tensor.asnumpy())
+    check(kernels.mindspore_kernels(kernels.kernel_inputs())[0], lambda tensor: tensor.asnumpy())
 
 
 def test_torch_kernels_compute_the_same():
     pytest.importorskip("torch")
-    check(kernels._torch_cases(kernels._data())[0], lambda tensor: tensor.numpy())
+    check(kernels.torch_kernels(kernels.kernel_inputs())[0], lambda tensor: tensor.numpy())
 
 
 def test_table_has_one_line_per_kernel_and_ratios():

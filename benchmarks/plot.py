@@ -1,0 +1,49 @@
+"""The benchmark's figure: throughput bars and peak memory against effective batch."""
+import sys
+
+from benchmarks.configs import SWEPT
+
+
+def plot(rows, best, path):
+    """Writes throughput bars and peak memory against effective batch to ``path`` (PNG).
+
+    Returns False, after a line on stderr, when matplotlib is not installed.
+
+    Example:
+        >>> import os, tempfile
+        >>> row = dict(kind="speed", net="mnist", mode="graph", contender="plain_micro", samples_per_s=16000.0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "bench.png")
+        >>> plot([row], {("mnist", "graph", "plain_micro"): row}, path), os.path.getsize(path) > 0
+        (True, True)
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib, which is not installed: pip install matplotlib", file=sys.stderr)
+        return False
+    chosen = sorted(best.values(), key=lambda r: (r["net"], r["mode"], r["contender"]))
+    # A fifth of an inch per bar keeps every label readable.
+    figure, (bars, lines) = plt.subplots(1, 2, figsize=(14, max(5.0, 0.2 * len(chosen))))
+    labels = [f"{r['net']}/{r['mode']} {r['contender']}" for r in chosen]
+    bars.barh(range(len(chosen)), [r["samples_per_s"] for r in chosen])
+    bars.set_yticks(range(len(chosen)), labels, fontsize=7)
+    bars.set_xscale("log")
+    bars.set_xlabel("samples/s (median, best runtime setting)")
+    swept = False
+    for name in SWEPT:
+        points = sorted((r["accumulate"] * r["batch"], r["peak_mb"] - r["baseline_mb"])
+                        for r in rows if r["kind"] == "memory" and r["contender"] == name and "peak_mb" in r)
+        if points:
+            lines.plot(*zip(*points), marker="o", label=name)
+            swept = True
+    lines.set_xscale("log", base=2)
+    lines.set_xlabel("effective batch N x B")
+    lines.set_ylabel("peak memory above baseline, MB")
+    if swept:
+        lines.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
