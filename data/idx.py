@@ -9,12 +9,13 @@ train (``train-*``) or test (``t10k-*``) pairs sit directly in
 ``split_dir``; the tutorial's ``MNIST_Data.zip`` unpacks to
 ``MNIST_Data/train/`` and ``MNIST_Data/test/``, one pair in each.
 """
-import numbers
 import os
 import struct
-import tempfile
 
 import numpy as np
+
+from accumulator import write_atomically
+from accumulator.checks import positive_int
 
 IMAGE_MAGIC = 2051
 LABEL_MAGIC = 2049
@@ -32,19 +33,13 @@ class MnistFormatError(ValueError):
     """An MNIST idx file is missing, truncated or not what its name says."""
 
 
-def _write_atomic(path, data):
-    # A crash mid-write must never leave a file that looks complete: write a
-    # temporary file in the same folder, then rename it over the target.
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
+def _write_bytes(path, data):
+    # A crash mid-write must never leave a file that looks complete.
+    def write(temporary):
+        with open(temporary, "wb") as f:
             f.write(data)
-        os.replace(tmp_path, path)
-    except BaseException:
-        os.unlink(tmp_path)
-        raise
+
+    write_atomically(path, write)
 
 
 def _checked_uint8(name, array, ndim):
@@ -61,7 +56,7 @@ def write_idx_images(path, images):
         >>> write_idx_images("train-images-idx3-ubyte", np.zeros((5, 28, 28), np.uint8))
     """
     images = _checked_uint8("images", images, 3)
-    _write_atomic(path, struct.pack(">4I", IMAGE_MAGIC, *images.shape) + images.tobytes())
+    _write_bytes(path, struct.pack(">4I", IMAGE_MAGIC, *images.shape) + images.tobytes())
 
 
 def write_idx_labels(path, labels):
@@ -71,7 +66,7 @@ def write_idx_labels(path, labels):
         >>> write_idx_labels("train-labels-idx1-ubyte", np.arange(5, dtype=np.uint8))
     """
     labels = _checked_uint8("labels", labels, 1)
-    _write_atomic(path, struct.pack(">2I", LABEL_MAGIC, *labels.shape) + labels.tobytes())
+    _write_bytes(path, struct.pack(">2I", LABEL_MAGIC, *labels.shape) + labels.tobytes())
 
 
 def read_idx_header(path):
@@ -187,9 +182,7 @@ def write_synthetic_mnist(folder, n_train=1000, n_test=200, seed=0):
         >>> write_synthetic_mnist("/tmp/fake_mnist", n_train=200, n_test=100, seed=1)
         {'train': 200, 'test': 100}
     """
-    for name, n in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-            raise ValueError(f"{name} must be a positive int, got {n!r}")
+    n_train, n_test = positive_int(n_train, "n_train"), positive_int(n_test, "n_test")
     rng = np.random.default_rng(seed)
     prototypes = _synthetic_prototypes(rng)
     for split, n in (("train", n_train), ("test", n_test)):

@@ -10,6 +10,7 @@ import numpy as np
 from download import download
 from mindspore.dataset import transforms, vision
 
+from accumulator.checks import boolean, positive_int
 from .idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, validate_split
 
 MNIST_URL = "https://mindspore-website.obs.cn-north-4.myhuaweicloud.com/notebook/datasets/MNIST_Data.zip"
@@ -89,18 +90,6 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
     return data_dir
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
 def _split_size(split_dir):
     """Number of samples MnistDataset will read from ``split_dir``."""
     if not os.path.isdir(split_dir):
@@ -147,15 +136,15 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
         >>> for images, labels in train.create_tuple_iterator():
         ...     pass
     """
-    batch_size = _check_positive_int("batch_size", batch_size)
-    _check_bool("shuffle", shuffle)
-    _check_bool("drop_remainder", drop_remainder)
+    batch_size = positive_int(batch_size, "batch_size")
+    boolean(shuffle, "shuffle")
+    boolean(drop_remainder, "drop_remainder")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
         raise ValueError(f"seed must be None or a non-negative int, got {seed!r}")
     if (num_shards is None) != (shard_id is None):
         raise ValueError(f"num_shards and shard_id go together, got num_shards={num_shards!r}, shard_id={shard_id!r}")
     if num_shards is not None:
-        num_shards = _check_positive_int("num_shards", num_shards)
+        num_shards = positive_int(num_shards, "num_shards")
         if isinstance(shard_id, bool) or not isinstance(shard_id, numbers.Integral) \
                 or not 0 <= shard_id < num_shards:
             raise ValueError(f"shard_id must be an int in [0, {num_shards}), got {shard_id!r}")
@@ -200,7 +189,7 @@ def mnist_windows(split_dir, batch_size, accumulate_step, shuffle=False, seed=No
         ...     for images, labels in window:
         ...         pass  # one micro-step each, then one update per window
     """
-    accumulate_step = _check_positive_int("accumulate_step", accumulate_step)
+    accumulate_step = positive_int(accumulate_step, "accumulate_step")
     dataset = mnist_dataset(split_dir, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
                             num_shards=num_shards, shard_id=shard_id)
     return _windows(dataset, accumulate_step)

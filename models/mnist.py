@@ -1,15 +1,9 @@
 """A small dense classifier for MNIST and the loss it is trained with."""
-import numbers
-
 from mindspore import nn
 
+from accumulator.checks import positive_int
+
 LOSS_REDUCTIONS = ("mean", "sum", "none")
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
 
 
 class MnistDenseNet(nn.Cell):
@@ -29,8 +23,8 @@ class MnistDenseNet(nn.Cell):
 
     def __init__(self, hidden=512, num_classes=10):
         super().__init__()
-        hidden = _check_positive_int("hidden", hidden)
-        num_classes = _check_positive_int("num_classes", num_classes)
+        hidden = positive_int(hidden, "hidden")
+        num_classes = positive_int(num_classes, "num_classes")
         self.flatten = nn.Flatten()
         # Same attribute name as the tutorial, so its checkpoints load as they are.
         self.dense_relu_sequential = nn.SequentialCell(
