@@ -1,4 +1,4 @@
-"""Installs the `accumulator` library; `models/`, `data/` and `scripts/` run from the checkout."""
+"""Installs the `accumulator` library with `training`, `data` and `models`; `scripts/` run from the checkout."""
 from setuptools import setup
 
 setup(
@@ -7,7 +7,7 @@ setup(
     description="Gradient accumulation for MindSpore: a large effective batch on a small device, in one graph",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=["accumulator"],
+    packages=["accumulator", "training", "data", "models"],
     python_requires=">=3.9,<3.12",
     install_requires=[
         "mindspore>=2.3",

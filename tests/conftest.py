@@ -3,6 +3,10 @@ import mindspore as ms
 import pytest
 
 from data.idx import write_synthetic_mnist
+from training.config import TrainConfig
+from training.context import configure_context
+from training.loop import train
+from training.mnist import mnist_task
 
 SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
@@ -33,10 +37,33 @@ def synthetic_mnist_even_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(params=["graph", "pynative"])
-def mode(request):
-    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE, then restores the mode."""
+@pytest.fixture
+def restore_mode():
+    """Puts MindSpore's global execution mode back after a test that sets it (training does)."""
     previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
-    yield request.param
+    yield
     ms.set_context(mode=previous)
+
+
+@pytest.fixture(params=["graph", "pynative"])
+def mode(request, restore_mode):
+    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE, then restores the mode."""
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    return request.param
+
+
+@pytest.fixture
+def train_mnist_run(restore_mode):
+    """Trains on MNIST idx files in this process, as the tool does: ``(data_dir, **settings) -> (summary, state)``.
+
+    ``settings`` are ``TrainConfig`` fields; ``state`` holds every parameter
+    of network and optimizer as numpy, by name.
+    """
+    def run(data_dir, **settings):
+        config = configure_context(TrainConfig(**settings))
+        summary, trained = train(config, mnist_task(data_dir), progress=False)
+        state = {param.name: param.asnumpy().copy() for param in trained.net.get_parameters()}
+        state.update({name: param.asnumpy().copy() for name, param in trained.optimizer.parameters_and_names()})
+        return summary, state
+
+    return run

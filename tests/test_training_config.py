@@ -1,0 +1,46 @@
+"""training.config: every setting checked once, by name; derived values without mutation."""
+import dataclasses
+import re
+
+import pytest
+
+from training.config import RESUME_FIELDS, TrainConfig
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"batch_size": 0}, "batch_size must be a positive int, got 0"),
+    ({"accumulate_step": 2.0}, "accumulate_step must be a positive int, got 2.0"),
+    ({"epochs": True}, "epochs must be a positive int, got True"),
+    ({"seed": -1}, "seed must be a non-negative int, got -1"),
+    ({"lr": float("inf")}, "lr must be a positive finite number, got inf"),
+    ({"lr": "0.1"}, "lr must be a positive finite number, got '0.1'"),
+    ({"optimizer": "rmsprop"}, "optimizer must be one of ('sgd', 'momentum', 'adam', 'adamw'), got 'rmsprop'"),
+    ({"device_target": "cpu"}, "device_target must be one of ('CPU', 'GPU', 'Ascend'), got 'cpu'"),
+    ({"mode": "eager"}, "mode must be one of ('graph', 'pynative'), got 'eager'"),
+    ({"shuffle": 1}, "shuffle must be True or False, got 1"),
+    ({"ckpt_dir": ""}, "ckpt_dir must be None or a non-empty path string, got ''"),
+    ({"resume": True}, "resume=True needs a ckpt_dir, got ckpt_dir=None"),
+    ({"distributed": True, "rank": 2, "ranks": 2}, "rank must be in [0, 2), got 2"),
+    ({"ranks": 2}, "ranks > 1 needs distributed=True, got ranks=2"),
+])
+def test_bad_values_name_the_field_and_the_value(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TrainConfig(**settings)
+
+
+def test_frozen_and_derived_values_come_as_a_new_config():
+    config = TrainConfig(batch_size=16, accumulate_step=4)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.batch_size = 32
+    ranked = dataclasses.replace(config, distributed=True, rank=1, ranks=2)
+    assert (config.ranks, config.effective_batch_size, config.main_rank) == (1, 64, True)
+    assert (ranked.ranks, ranked.effective_batch_size, ranked.main_rank) == (2, 128, False)
+    with pytest.raises(ValueError, match="rank must be in"):
+        dataclasses.replace(config, distributed=True, rank=3, ranks=2)
+
+
+def test_resume_settings_are_what_changes_arithmetic_or_data_order():
+    settings = TrainConfig(seed=3, shuffle=False).resume_settings()
+    assert tuple(settings) == RESUME_FIELDS
+    assert (settings["seed"], settings["shuffle"], settings["ranks"]) == (3, False, 1)
+    assert "epochs" not in settings and "log_json" not in settings  # more epochs or new logs resume exactly

@@ -1,0 +1,74 @@
+"""training.loop: accumulated micro-batches train exactly like one large batch, in every way of running."""
+import numpy as np
+import pytest
+
+from training.config import TrainConfig
+from training.loop import build_run, train_epoch
+from training.mnist import mnist_task
+from training.task import toy_task
+
+
+def initial_weights(data_dir):
+    return {param.name: param.asnumpy().copy()
+            for param in build_run(TrainConfig(), mnist_task(data_dir)).net.get_parameters()}
+
+
+# Both runs of a case see the same samples in the same windows, so with the
+# count-weighted mean they take identical updates (to float32 rounding):
+#  - even: 192 = 3 windows of 64 samples, as 32+32 or as 64.
+#  - uneven_tail: 200 samples: 32-batches leave 8, which form the last window
+#    alone (32,32 | 32,32 | 32,32 | 8); 64-batches leave the same 8 (64 | 64 | 64 | 8).
+#  - uneven_window: 200 samples in windows of 128: (32,32,32,32 | 32,32,8) against
+#    (128 | 72). The second window mixes a full and a short micro-batch, so only
+#    weighting by sample count (not a mean of micro-batch means) matches the
+#    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
+#    both runs still see the same data.
+@pytest.mark.parametrize("case, fixture, small, large, extra", [
+    ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
+    ("uneven_tail", "synthetic_mnist_dir", (32, 2), (64, 1), {"shuffle": False}),
+    ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
+])
+def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_run, case, fixture, small, large,
+                                                         extra):
+    data_dir = request.getfixturevalue(fixture)
+    # lr 0.1 so the weights move far beyond the tolerance in two epochs.
+    common = dict(epochs=2, lr=0.1, **extra)
+    accumulated, accumulated_state = train_mnist_run(data_dir, batch_size=small[0], accumulate_step=small[1],
+                                                     **common)
+    large_batch, large_state = train_mnist_run(data_dir, batch_size=large[0], accumulate_step=large[1], **common)
+
+    assert accumulated["effective_batch_size"] == large_batch["effective_batch_size"]
+    assert accumulated["updates"] == large_batch["updates"]
+    for name, value in large_state.items():
+        np.testing.assert_allclose(accumulated_state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    moved = max(np.abs(large_state[name] - start).max() for name, start in initial_weights(data_dir).items())
+    assert moved > 1e-3
+
+
+@pytest.mark.parametrize("accumulate_step", [2, 4])
+def test_window_step_trains_like_the_per_micro_step_loop(synthetic_mnist_dir, train_mnist_run, accumulate_step):
+    # 200 samples in 32-batches: the last window is short and its last batch holds 8.
+    common = dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step)
+    per_micro_step, expected = train_mnist_run(synthetic_mnist_dir, **common)
+    window, actual = train_mnist_run(synthetic_mnist_dir, **common, window_step=True)
+    assert window["updates"] == per_micro_step["updates"]
+    assert window["final_train_loss"] == pytest.approx(per_micro_step["final_train_loss"], rel=1e-5)
+    for name, value in expected.items():
+        np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir, train_mnist_run):
+    _, graph = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1)
+    _, pynative = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, mode="pynative")
+    for name, value in graph.items():
+        np.testing.assert_allclose(pynative[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("drop_last, samples, updates", [(False, 10, 2), (True, 8, 1)])
+def test_an_epoch_counts_its_samples_and_applies_the_short_last_window(drop_last, samples, updates):
+    # A task that is not MNIST: 10 samples in batches of 4 and windows of 2 leave a window of one 2-batch.
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, drop_last=drop_last)
+    run = build_run(config, toy_task(10))
+    stats = train_epoch(run, toy_task(10), config, epoch=1, progress=False)
+    assert stats["samples"] == samples and stats["seconds"] > 0
+    assert (int(run.accumulator.update_count), int(run.accumulator.micro_step)) == (updates, 0)

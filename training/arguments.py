@@ -1,0 +1,78 @@
+"""argparse types for the training tools: text in, a checked value out, errors in argparse's words.
+
+Each raises ``argparse.ArgumentTypeError``, which argparse turns into a usage
+line and exit status 2; ``training.config.TrainConfig`` checks the values again.
+"""
+import argparse
+import math
+
+from training.config import DEVICES
+
+
+def int_at_least(minimum, description):
+    """argparse type factory: an int >= ``minimum``, described in errors as ``description``.
+
+    Example:
+        >>> int_at_least(1, "a positive integer")("32")
+        32
+        >>> int_at_least(1, "a positive integer")("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a positive integer, got 0
+    """
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {description}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {description}, got {value}")
+        return value
+    return parse
+
+
+positive_int = int_at_least(1, "a positive integer")
+non_negative_int = int_at_least(0, "a non-negative integer")
+
+
+def positive_float(text):
+    """argparse type: a finite float > 0.
+
+    Example:
+        >>> positive_float("1e-2")
+        0.01
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def device_target(text):
+    """argparse type: CPU, GPU or Ascend, any case, returned as MindSpore spells it.
+
+    Example:
+        >>> device_target("ascend")
+        'Ascend'
+    """
+    for device in DEVICES:
+        if text.lower() == device.lower():
+            return device
+    raise argparse.ArgumentTypeError(f"unknown device {text!r}: choose {', '.join(DEVICES[:-1])} or {DEVICES[-1]}")
+
+
+def one_of(*names):
+    """argparse type factory: one of ``names``, any case, returned in lower case.
+
+    Example:
+        >>> one_of("sgd", "adam")("Adam")
+        'adam'
+    """
+    def parse(text):
+        if text.lower() not in names:
+            raise argparse.ArgumentTypeError(f"unknown value {text!r}: choose {', '.join(names)}")
+        return text.lower()
+    return parse

@@ -1,0 +1,119 @@
+"""What one training run is asked to do, checked once and never changed.
+
+``TrainConfig`` is built once from the command line (or by hand) and read by
+everything below; nothing there sees argparse. Values found only at run
+time (the rank and the number of ranks under ``distributed``) come in as a
+new config from ``dataclasses.replace``, never by mutation.
+"""
+import dataclasses
+import math
+import numbers
+from typing import Optional
+
+from accumulator.checks import boolean, non_negative_int, positive_int
+from training.optimizers import OPTIMIZERS
+
+DEVICES = ("CPU", "GPU", "Ascend")
+MODES = ("graph", "pynative")
+# Settings that change the arithmetic or the data order: a resumed run must use the same.
+RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks")
+
+
+def _one_of(value, name, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def _optional_path(value, name):
+    if value is not None and not (isinstance(value, str) and value):
+        raise ValueError(f"{name} must be None or a non-empty path string, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Settings of one run; every field is checked when the config is made.
+
+    Fields mirror the flags of ``scripts/train_mnist.py`` (``--batch-size``
+    is ``batch_size``, and so on). ``rank`` and ``ranks`` are 0 and 1 until
+    ``training.context.configure_context`` reads the real ones. Bad values
+    raise ``ValueError`` naming the field and the value.
+
+    Example:
+        >>> config = TrainConfig(batch_size=32, accumulate_step=4)
+        >>> config.effective_batch_size
+        128
+        >>> TrainConfig(lr=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: lr must be a positive finite number, got 0.0
+    """
+    device_target: str = "CPU"
+    mode: str = "graph"
+    seed: int = 0
+    window_step: bool = False
+    distributed: bool = False
+    batch_size: int = 32
+    accumulate_step: int = 2
+    epochs: int = 3
+    lr: float = 1e-2
+    optimizer: str = "sgd"
+    shuffle: bool = True
+    drop_last: bool = False
+    ckpt_dir: Optional[str] = None
+    resume: bool = False
+    log_json: Optional[str] = None
+    plot: Optional[str] = None
+    rank: int = 0
+    ranks: int = 1
+
+    def __post_init__(self):
+        _one_of(self.device_target, "device_target", DEVICES)
+        _one_of(self.mode, "mode", MODES)
+        _one_of(self.optimizer, "optimizer", OPTIMIZERS)
+        non_negative_int(self.seed, "seed")
+        for name in ("batch_size", "accumulate_step", "epochs", "ranks"):
+            positive_int(getattr(self, name), name)
+        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume"):
+            boolean(getattr(self, name), name)
+        if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) \
+                or self.lr <= 0:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        for name in ("ckpt_dir", "log_json", "plot"):
+            _optional_path(getattr(self, name), name)
+        if self.resume and self.ckpt_dir is None:
+            raise ValueError("resume=True needs a ckpt_dir, got ckpt_dir=None")
+        if not 0 <= non_negative_int(self.rank, "rank") < self.ranks:
+            raise ValueError(f"rank must be in [0, {self.ranks}), got {self.rank!r}")
+        if self.ranks > 1 and not self.distributed:
+            raise ValueError(f"ranks > 1 needs distributed=True, got ranks={self.ranks!r}")
+
+    @property
+    def effective_batch_size(self):
+        """Samples per optimizer update: micro-batch x accumulate-step x ranks.
+
+        Example:
+            >>> TrainConfig(batch_size=16, accumulate_step=2, distributed=True, ranks=4).effective_batch_size
+            128
+        """
+        return self.batch_size * self.accumulate_step * self.ranks
+
+    @property
+    def main_rank(self):
+        """True on the process that prints and writes files (rank 0; the only one without ``distributed``).
+
+        Example:
+            >>> TrainConfig(distributed=True, rank=1, ranks=2).main_rank
+            False
+        """
+        return self.rank == 0
+
+    def resume_settings(self):
+        """The settings a checkpoint records and a resumed run must repeat exactly.
+
+        Example:
+            >>> TrainConfig().resume_settings()["accumulate_step"]
+            2
+        """
+        return {name: getattr(self, name) for name in RESUME_FIELDS}

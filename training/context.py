@@ -1,0 +1,47 @@
+"""MindSpore's global settings for a run: device, execution mode and, under ``distributed``, the ranks."""
+import dataclasses
+import os
+
+import mindspore as ms
+from mindspore import communication
+
+from training.errors import TrainingError
+
+
+def configure_context(config):
+    """Sets the device and mode ``config`` asks for; returns it with the real rank and ranks.
+
+    Call it once, before any data is fetched or any kernel runs: a missing
+    device should not wait for a download. Raises ``TrainingError`` if the
+    device is not there or ``distributed`` was started without a launcher.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> previous = ms.get_context("mode")
+        >>> configure_context(TrainConfig(mode="pynative")).ranks
+        1
+        >>> ms.set_context(mode=previous)
+    """
+    if not ms.hal.is_available(config.device_target):
+        raise TrainingError(f"MindSpore {ms.__version__} cannot run on {config.device_target} here (not built "
+                            f"for it, or its driver is missing); try --device-target CPU")
+    if config.device_target == "CPU":
+        # MindSpore 2.10's asynchronous launch made graphs without control flow
+        # (the evaluation step, the window step) 3-8x slower on a 2-core CPU and
+        # never helped the accumulating step (scripts/benchmark.py measures both).
+        # Read when the first graph runs, so setting it here still takes effect.
+        os.environ.setdefault("MS_DEV_HOST_BLOCKING_RUN", "1")
+    # set_device (set_context(device_target=...) is deprecated in 2.10) refuses to run
+    # once any kernel has run, even to repeat the current device: call it only to change.
+    if ms.get_context("device_target") != config.device_target:
+        ms.set_device(config.device_target)
+    ms.set_context(mode=ms.GRAPH_MODE if config.mode == "graph" else ms.PYNATIVE_MODE)
+    if not config.distributed:
+        return config
+    if not communication.GlobalComm.INITED:
+        try:
+            communication.init()
+        except RuntimeError as error:
+            raise TrainingError(f"--distributed needs a launcher such as msrun ({error})") from None
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    return dataclasses.replace(config, rank=communication.get_rank(), ranks=communication.get_group_size())

@@ -1,0 +1,224 @@
+"""The training run: build the network and its steps, train epoch by epoch, evaluate.
+
+``train`` is the whole run; ``build_run``, ``train_epoch`` and ``evaluate``
+are its parts, for callers that drive their own loop. What is trained comes
+from a ``training.task.Task``; checkpoints and records have their own modules.
+"""
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import mindspore as ms
+from mindspore import nn, ops
+from tqdm import tqdm
+
+from accumulator import Accumulator, WindowAllReduce, make_window_step
+from training.checkpoints import resume, save_epoch_checkpoint
+from training.optimizers import make_optimizer
+from training.records import epoch_line, summarize, summary_line, write_json_log, write_plot
+
+# Evaluation holds no gradients, so it can take much larger batches than training.
+EVAL_BATCH_SIZE = 1000
+
+
+@dataclass
+class Run:
+    """Everything one training run holds: the objects and their (compiled) steps.
+
+    ``train_step(inputs, labels) -> summed loss`` adds one micro-batch to
+    the accumulator (which updates the weights when its window is full);
+    ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
+    labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
+    counts) -> (losses, updated)`` is set when the config asks for it.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> run = build_run(TrainConfig(mode="pynative"), toy_task())
+        >>> run.window_step is None
+        True
+    """
+    net: nn.Cell
+    optimizer: nn.Optimizer
+    accumulator: Accumulator
+    train_step: Callable
+    flush: Callable
+    eval_step: Callable
+    window_step: Optional[Callable] = None
+
+
+def _eager(function):
+    return function
+
+
+def build_run(config, task):
+    """Network, optimizer, accumulator and their steps, jitted in graph mode.
+
+    Weights start from ``config.seed``. The train step takes the gradient
+    of the micro-batch's *summed* loss and passes its sample count, so the
+    accumulator divides the window's sum by the samples it really held: a
+    short last micro-batch weighs what its samples weigh, exactly as in one
+    large batch. Under ``distributed`` the window's sums and counts are
+    added across ranks once per window.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> run = build_run(TrainConfig(mode="pynative", accumulate_step=2), toy_task())
+        >>> images, labels = next(iter(toy_task().test_batches(4)))
+        >>> float(run.train_step(images, labels)) > 0, int(run.accumulator.micro_step)
+        (True, 1)
+    """
+    ms.set_seed(config.seed)
+    net = task.make_net()
+    optimizer = make_optimizer(config.optimizer, net.trainable_params(), config.lr)
+    accumulator = Accumulator(optimizer, config.accumulate_step,
+                              grad_reducer=WindowAllReduce() if config.distributed else None)
+    loss_fn = task.make_loss()
+
+    def forward(inputs, labels):
+        return loss_fn(net(inputs), labels)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    def train_step(inputs, labels):
+        loss_sum, grads = grad_fn(inputs, labels)
+        accumulator(grads, ms.Tensor(labels.shape[0], ms.float32))
+        return loss_sum
+
+    def flush():
+        return accumulator.flush()
+
+    # No net.set_train(False): the networks trained here have neither dropout nor batch norm.
+    def eval_step(inputs, labels):
+        logits = net(inputs)
+        correct = (ops.argmax(logits, -1) == labels).astype(ms.int32).sum()
+        return loss_fn(logits, labels), correct
+
+    compile_ = ms.jit if config.mode == "graph" else _eager
+    # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
+    window_step = make_window_step(grad_fn, accumulator) if config.window_step else None
+    return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step),
+               window_step)
+
+
+def _window_losses(run, windows):
+    """Trains window by window, yielding each window's (summed loss Tensor, samples)."""
+    for window in windows:
+        counts = [labels.shape[0] for _, labels in window]
+        if run.window_step is not None:
+            losses, _ = run.window_step(window, counts=counts)
+            yield losses.sum(), sum(counts)
+        else:
+            yield sum(run.train_step(inputs, labels) for inputs, labels in window), sum(counts)
+
+
+def train_epoch(run, task, config, epoch, progress=True):
+    """One epoch: every micro-batch accumulated, every window applied, the last partial one too.
+
+    The samples are visited in the order seeded by ``config.seed + epoch``
+    (which does not depend on the batch size), so a resumed run sees the
+    same data as an uninterrupted one. Under ``distributed`` each rank
+    reads its own shard. Returns ``{"train_loss" (mean per sample),
+    "samples" (over all ranks), "seconds"}``.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2)
+        >>> stats = train_epoch(build_run(config, toy_task()), toy_task(), config, epoch=1, progress=False)
+        >>> stats["samples"], stats["train_loss"] > 0
+        (8, True)
+    """
+    shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
+        else dict(num_shards=None, shard_id=None)
+    windows = task.train_windows(config.batch_size, config.accumulate_step, shuffle=config.shuffle,
+                                 seed=config.seed + epoch, drop_remainder=config.drop_last, **shard)
+    n = -(-task.train_samples // config.ranks)
+    total = n - n % config.batch_size if config.drop_last else n
+    loss_sum, samples = 0.0, 0
+    started = time.perf_counter()
+    with tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample", unit_scale=True,
+              leave=False, disable=not progress, dynamic_ncols=True) as bar:
+        for window_loss, window_samples in _window_losses(run, windows):
+            # Reading the loss waits for the device; once per window keeps the queue full.
+            loss_sum += float(window_loss.asnumpy())
+            samples += window_samples
+            bar.set_postfix(loss=f"{loss_sum / samples:.4f}", refresh=False)
+            bar.update(window_samples)
+        run.flush()
+    seconds = time.perf_counter() - started
+    return {"train_loss": loss_sum / max(samples, 1), "samples": samples * config.ranks, "seconds": seconds}
+
+
+def evaluate(run, task):
+    """Test accuracy (argmax of the logits against the label) and mean loss per sample.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> result = evaluate(build_run(TrainConfig(mode="pynative"), toy_task()), toy_task())
+        >>> sorted(result), 0 <= result["test_accuracy"] <= 1
+        (['test_accuracy', 'test_loss'], True)
+    """
+    loss_sum, correct, samples = 0.0, 0, 0
+    for inputs, labels in task.test_batches(EVAL_BATCH_SIZE):
+        batch_loss, batch_correct = run.eval_step(inputs, labels)
+        loss_sum += float(batch_loss.asnumpy())
+        correct += int(batch_correct.asnumpy())
+        samples += labels.shape[0]
+    return {"test_accuracy": correct / samples, "test_loss": loss_sum / samples}
+
+
+def _quiet(*_):
+    pass
+
+
+def train(config, task, progress=True):
+    """Trains ``config.epochs`` epochs of ``task``; returns ``(summary, run)``.
+
+    Prints what it trains on, a line per epoch and a summary; evaluates
+    after every epoch and writes the checkpoint and logs the config asks
+    for. Under ``distributed`` every rank trains; only rank 0 prints and
+    writes files. ``run`` holds the trained network, for callers that want
+    the weights. Call ``training.context.configure_context`` first.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> summary, run = train(TrainConfig(mode="pynative", epochs=1, batch_size=4), toy_task(), progress=False)
+        toy: 8 train / 8 test samples; batch 4 x 2 = effective 8; sgd lr 0.01; pynative mode on CPU
+        epoch 1/1: train loss ...
+        best test accuracy ...; effective batch 8 (4 x 2), 1 updates
+        >>> summary["updates"]
+        1
+    """
+    say = print if config.main_rank else _quiet
+    ranks = f" x {config.ranks} ranks" if config.distributed else ""
+    say(f"{task.description}; batch {config.batch_size} x {config.accumulate_step}{ranks} = "
+        f"effective {config.effective_batch_size}; {config.optimizer} lr {config.lr:g}; "
+        f"{config.mode} mode on {config.device_target}"
+        + ("; one compiled call per window" if config.window_step else ""))
+    run = build_run(config, task)
+    done, history = resume(run, config, say) if config.resume else (0, [])
+    for epoch in range(done + 1, config.epochs + 1):
+        record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank)}
+        evaluated = time.perf_counter()
+        record.update(evaluate(run, task))
+        record["eval_seconds"] = time.perf_counter() - evaluated
+        record["samples_per_second"] = record["samples"] / record["seconds"]
+        history.append(record)
+        say(epoch_line(record, config.epochs))
+        if config.ckpt_dir and config.main_rank:
+            save_epoch_checkpoint(run, config, epoch, history)
+        if config.log_json and config.main_rank:
+            write_json_log(config.log_json, config, history)
+        if config.plot and config.main_rank:
+            write_plot(config.plot, history)
+    if done >= config.epochs:
+        say(f"the checkpoint already holds {done} epochs (--epochs {config.epochs}): nothing to train")
+    summary = summarize(config, history, int(run.accumulator.update_count), int(run.accumulator.skipped_windows))
+    if config.log_json and config.main_rank:
+        write_json_log(config.log_json, config, history, summary)
+    say(summary_line(summary, config))
+    return summary, run

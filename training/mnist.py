@@ -1,0 +1,107 @@
+"""MNIST as a ``training.task.Task``, and where its files come from.
+
+Everything MNIST-specific that the training loop needs is wired here from
+``data.mnist`` (the files and pipelines) and ``models.mnist`` (the network
+and its loss); the loop itself knows none of it.
+"""
+import functools
+import os
+import tempfile
+
+import data.mnist  # read MNIST_URL at call time, so tests can patch it
+from data.idx import MnistFormatError, validate_mnist_dir, write_synthetic_mnist
+from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, mnist_dataset, mnist_windows
+from models.mnist import MnistDenseNet, mnist_loss
+from training.task import Task
+
+# A tenth of MNIST: enough updates at the default settings to pass 95% in two epochs.
+SYNTHETIC_SIZES = {"train": 6000, "test": 1000}
+SYNTHETIC_DATA_SEED = 0
+
+
+def mnist_task(data_dir):
+    """MNIST in ``data_dir`` (``train/`` and ``test/``) for the dense network of the quick-start.
+
+    The files are checked now (``MnistFormatError`` names a bad one), not
+    at the first batch.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> write_synthetic_mnist(folder, n_train=64, n_test=32)
+        {'train': 64, 'test': 32}
+        >>> mnist_task(folder).description == f"MNIST from {folder}: 64 train / 32 test samples"
+        True
+    """
+    sizes = validate_mnist_dir(data_dir)
+    test_dir = os.path.join(data_dir, "test")
+    return Task(
+        description=f"MNIST from {data_dir}: {sizes['train']} train / {sizes['test']} test samples",
+        train_samples=sizes["train"],
+        make_net=MnistDenseNet,
+        make_loss=functools.partial(mnist_loss, "sum"),
+        train_windows=functools.partial(mnist_windows, os.path.join(data_dir, "train")),
+        test_batches=lambda batch_size: mnist_dataset(test_dir, batch_size).create_tuple_iterator(num_epochs=1),
+    )
+
+
+def _local_problem(data_dir):
+    if not os.path.isdir(data_dir):
+        return None
+    try:
+        validate_mnist_dir(data_dir)
+    except MnistFormatError as error:
+        return str(error)
+    return None
+
+
+def _downloaded(data_dir, url):
+    local_problem = _local_problem(data_dir)
+    try:
+        return ensure_mnist(data_dir, url=url or data.mnist.MNIST_URL)
+    except MnistUnavailableError as error:
+        # The download message alone would hide why the files already there were not used.
+        if local_problem:
+            raise MnistUnavailableError(f"The MNIST files in {data_dir} are not usable: {local_problem}\n"
+                                        f"{error}") from None
+        raise
+
+
+def _synthetic(folder):
+    try:
+        found = validate_mnist_dir(folder)
+    except MnistFormatError:
+        found = None
+    if found == SYNTHETIC_SIZES:
+        return folder  # written by an earlier synthetic run: the same seed wrote the same bytes
+    if found is not None:
+        raise MnistFormatError(f"{folder} already holds an MNIST set ({found['train']} train / {found['test']} "
+                               "test samples); --synthetic will not overwrite it: choose another --data-dir")
+    write_synthetic_mnist(folder, n_train=SYNTHETIC_SIZES["train"], n_test=SYNTHETIC_SIZES["test"],
+                          seed=SYNTHETIC_DATA_SEED)
+    return folder
+
+
+def prepare_mnist(data_dir, synthetic, url, stack):
+    """The folder holding ``train/`` and ``test/``: found, downloaded, or written.
+
+    Real MNIST (``synthetic`` False) is used from ``data_dir`` (default
+    ``DEFAULT_DATA_DIR``) or downloaded from ``url`` (default
+    ``data.mnist.MNIST_URL``). A synthetic set (``SYNTHETIC_SIZES``) is
+    written into ``data_dir``, or into a temporary folder that ``stack`` (a
+    ``contextlib.ExitStack``) removes, and never over another data set.
+    Raises ``MnistUnavailableError`` or ``MnistFormatError`` with a message
+    meant for the user.
+
+    Example:
+        >>> import contextlib
+        >>> with contextlib.ExitStack() as stack:
+        ...     folder = prepare_mnist(None, synthetic=True, url=None, stack=stack)
+        ...     sorted(os.listdir(folder))
+        ['test', 'train']
+        >>> os.path.exists(folder)
+        False
+    """
+    if not synthetic:
+        return _downloaded(data_dir or DEFAULT_DATA_DIR, url)
+    return _synthetic(data_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="mnist_synthetic_")))

@@ -1,0 +1,124 @@
+"""What a run reports: its printed lines, the end-of-run summary, the JSON log and the plot.
+
+A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
+"samples", "seconds", "test_accuracy", "test_loss", "eval_seconds",
+"samples_per_second"}``. Everything here is computed from it.
+"""
+import json
+
+from accumulator import write_atomically
+
+
+def epoch_line(record, epochs):
+    """The line printed after an epoch.
+
+    Example:
+        >>> epoch_line({"epoch": 2, "train_loss": 0.5, "test_accuracy": 0.9, "test_loss": 0.3,
+        ...             "samples_per_second": 5000.0, "seconds": 1.2}, epochs=3)
+        'epoch 2/3: train loss 0.5000, test accuracy 90.00%, test loss 0.3000, 5,000 samples/s, 1.2 s'
+    """
+    return (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
+            f"test accuracy {record['test_accuracy']:.2%}, test loss {record['test_loss']:.4f}, "
+            f"{record['samples_per_second']:,.0f} samples/s, {record['seconds']:.1f} s")
+
+
+def summarize(config, history, updates, skipped_windows):
+    """The end-of-run summary: best and final accuracy, throughput, effective batch.
+
+    ``updates`` and ``skipped_windows`` are the accumulator's counts, read
+    on the host (``int(accumulator.update_count)``).
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> history = [{"epoch": 1, "train_loss": 0.9, "samples": 600, "seconds": 2.0,
+        ...             "test_accuracy": 0.8, "test_loss": 0.7}]
+        >>> summary = summarize(TrainConfig(), history, updates=10, skipped_windows=0)
+        >>> summary["effective_batch_size"], summary["samples_per_second"], summary["best_epoch"]
+        (64, 300.0, 1)
+    """
+    best = max(history, key=lambda record: record["test_accuracy"])
+    final = history[-1]
+    seconds = sum(record["seconds"] for record in history)
+    return {
+        "epochs": final["epoch"],
+        "best_accuracy": best["test_accuracy"],
+        "best_epoch": best["epoch"],
+        "final_accuracy": final["test_accuracy"],
+        "final_test_loss": final["test_loss"],
+        "final_train_loss": final["train_loss"],
+        "samples_per_second": sum(record["samples"] for record in history) / seconds if seconds else 0.0,
+        "train_seconds": seconds,
+        "batch_size": config.batch_size,
+        "accumulate_step": config.accumulate_step,
+        "effective_batch_size": config.effective_batch_size,
+        "updates": updates,
+        "skipped_windows": skipped_windows,
+    }
+
+
+def summary_line(summary, config):
+    """The last line a run prints.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> summary_line({"best_accuracy": 0.95, "best_epoch": 2, "final_accuracy": 0.94,
+        ...               "samples_per_second": 3000.0, "effective_batch_size": 64, "updates": 282}, TrainConfig())
+        'best test accuracy 95.00% (epoch 2), final 94.00%; 3,000 samples/s; effective batch 64 (32 x 2), 282 updates'
+    """
+    ranks = f" x {config.ranks} ranks" if config.distributed else ""
+    return (f"best test accuracy {summary['best_accuracy']:.2%} (epoch {summary['best_epoch']}), "
+            f"final {summary['final_accuracy']:.2%}; {summary['samples_per_second']:,.0f} samples/s; "
+            f"effective batch {summary['effective_batch_size']} ({config.batch_size} x {config.accumulate_step}"
+            f"{ranks}), {summary['updates']} updates")
+
+
+def write_json_log(path, config, history, summary=None):
+    """``{"config", "epochs": [records], "summary"}`` to ``path``, atomically (summary None until the end).
+
+    Example:
+        >>> import os, tempfile
+        >>> from training.config import TrainConfig
+        >>> path = os.path.join(tempfile.mkdtemp(), "logs", "run.json")
+        >>> write_json_log(path, TrainConfig(), [{"epoch": 1, "test_accuracy": 0.8}])
+        >>> json.load(open(path))["config"]["batch_size"]
+        32
+    """
+    content = {"config": {**config.resume_settings(), "device_target": config.device_target, "mode": config.mode},
+               "epochs": history, "summary": summary}
+
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+
+    write_atomically(path, write)
+
+
+def write_plot(path, history):
+    """A PNG of training and test loss and of test accuracy per epoch, written atomically (needs matplotlib).
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "run.png")
+        >>> write_plot(path, [{"epoch": 1, "train_loss": 0.9, "test_loss": 0.7, "test_accuracy": 0.8}])
+        >>> open(path, "rb").read(4)
+        b'\\x89PNG'
+    """
+    import matplotlib
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    epochs = [record["epoch"] for record in history]
+    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(9, 3.5))
+    loss_axes.plot(epochs, [record["train_loss"] for record in history], "o-", label="train")
+    loss_axes.plot(epochs, [record["test_loss"] for record in history], "s--", label="test")
+    loss_axes.set(xlabel="epoch", ylabel="loss per sample", title="Loss")
+    loss_axes.legend()
+    accuracy_axes.plot(epochs, [100 * record["test_accuracy"] for record in history], "o-")
+    accuracy_axes.set(xlabel="epoch", ylabel="%", title="Test accuracy")
+    for axes in (loss_axes, accuracy_axes):
+        axes.xaxis.get_major_locator().set_params(integer=True)
+    figure.tight_layout()
+    try:
+        write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
+    finally:
+        plt.close(figure)

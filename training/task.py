@@ -1,0 +1,88 @@
+"""What a run trains, and on which data: the seam between the training loop and a data set.
+
+The loop in ``training.loop`` knows accumulation, evaluation, checkpoints
+and logs; a ``Task`` brings everything particular to one problem (the
+network, its loss, how one epoch is read). ``training.mnist.mnist_task``
+is the MNIST one; any classifier with integer labels fits.
+"""
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+
+@dataclass(frozen=True)
+class Task:
+    """A classification problem for ``training.loop``.
+
+    Attributes:
+        description: names the data, e.g. ``"MNIST from MNIST_Data: 60000
+            train / 10000 test samples"``; the first line a run prints.
+        train_samples: samples in the training split (before sharding),
+            for the progress bar.
+        make_net: ``() -> nn.Cell`` mapping a batch of inputs to logits;
+            called after the run's seed is set, so its weights are seeded.
+        make_loss: ``() -> nn.Cell``, ``loss(logits, labels)`` *summed* over
+            the batch: the accumulator divides by the samples a window held.
+        train_windows: ``(batch_size, accumulate_step, *, shuffle, seed,
+            drop_remainder, num_shards, shard_id)`` -> one epoch as windows,
+            each a list of up to ``accumulate_step`` ``(inputs, labels)``
+            Tensor pairs (``num_shards`` None: no sharding).
+        test_batches: ``(batch_size)`` -> one pass over the test split as
+            ``(inputs, labels)`` Tensor pairs.
+
+    Example:
+        >>> x = ms.Tensor(np.eye(2, 3, dtype=np.float32))
+        >>> y = ms.Tensor(np.array([0, 1], np.int32))
+        >>> task = Task(description="two points", train_samples=2,
+        ...             make_net=lambda: nn.Dense(3, 2),
+        ...             make_loss=lambda: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum"),
+        ...             train_windows=lambda batch_size, accumulate_step, **order: [[(x, y)]],
+        ...             test_batches=lambda batch_size: [(x, y)])
+        >>> task.make_net()(x).shape
+        (2, 2)
+    """
+    description: str
+    train_samples: int
+    make_net: Callable
+    make_loss: Callable
+    train_windows: Callable[..., Iterable[list]]
+    test_batches: Callable[[int], Iterable[tuple]]
+
+
+def toy_task(samples=8):
+    """A task with no files: ``samples`` seeded random points in 4-D, labelled by the sign of the first.
+
+    The same points serve as test split. For examples and quick checks of the
+    loop: it shuffles by ``seed``, deals shards in turn (without MNIST's
+    padding), drops a short last batch on request, and trains ``nn.Dense(4, 2)``.
+
+    Example:
+        >>> task = toy_task()
+        >>> windows = task.train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                              num_shards=None, shard_id=None)
+        >>> [[labels.shape[0] for _, labels in window] for window in windows]
+        [[3, 3], [2]]
+    """
+    points = np.random.default_rng(0).normal(size=(samples, 4)).astype(np.float32)
+    classes = (points[:, 0] > 0).astype(np.int32)
+
+    def batches(order, batch_size):
+        chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+        return [(ms.Tensor(points[chunk]), ms.Tensor(classes[chunk])) for chunk in chunks]
+
+    def train_windows(batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
+        order = np.random.default_rng(seed).permutation(samples) if shuffle else np.arange(samples)
+        if num_shards is not None:
+            order = order[shard_id::num_shards]
+        if drop_remainder:
+            order = order[:len(order) - len(order) % batch_size]
+        micro_batches = batches(order, batch_size)
+        return [micro_batches[start:start + accumulate_step] for start in range(0, len(micro_batches), accumulate_step)]
+
+    return Task(description=f"toy: {samples} train / {samples} test samples", train_samples=samples,
+                make_net=lambda: nn.Dense(4, 2),
+                make_loss=lambda: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum"),
+                train_windows=train_windows, test_batches=lambda batch_size: batches(np.arange(samples), batch_size))
