@@ -37,6 +37,8 @@ from training.optimizers import MOMENTUM  # noqa: E402
 
 # The optimizers this tool offers (training.optimizers has adamw too).
 OPTIMIZERS = ("sgd", "momentum", "adam")
+# The flags that are not TrainConfig fields: where the data comes from.
+DATA_FLAGS = ("data_dir", "synthetic", "mnist_url")
 
 
 def build_parser():
@@ -108,10 +110,6 @@ def build_parser():
     output.add_argument("--plot", metavar="PATH", default=None,
                         help="write a PNG of training loss and test accuracy per epoch (needs matplotlib)")
     return parser
-
-
-# The flags that are not TrainConfig fields: where the data comes from.
-DATA_FLAGS = ("data_dir", "synthetic", "mnist_url")
 
 
 def parse_args(argv=None):
