@@ -22,6 +22,14 @@ def _clear(buffer):
     return ops.assign(buffer, ops.zeros_like(buffer))
 
 
+def _assign(buffer, value):
+    return ops.assign(buffer, value)
+
+
+def _assign_if(keep, buffer, value):
+    return ops.assign(buffer, ops.where(keep, value, ops.zeros_like(value)))
+
+
 def _scale(factor, grad):
     return grad * factor.astype(grad.dtype)
 
@@ -168,6 +176,8 @@ class Accumulator:
         self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = _state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
+        # Set and cleared within one call (see _apply), so never checkpointed.
+        self.ready = _state_parameter(False, ms.bool_, "ready")
 
     def state_parameters(self):
         """Every Parameter of the accumulator's state, for checkpoints.
@@ -275,6 +285,18 @@ class Accumulator:
         return _FALSE
 
     def _apply(self):
+        # Two branches one after the other, never one inside the other:
+        # MindSpore 2.10 leaks host memory on every run of a graph with a
+        # nested data-dependent `if` (about 2 KB per micro-step on the MNIST
+        # net), so the window is closed in one branch and the optimizer runs
+        # in a second, top-level branch on the flag the first one sets.
+        self._close_window()
+        if self.ready:
+            return self._update()
+        return _FALSE
+
+    def _close_window(self):
+        """Leaves the window's update in the buffers and sets ``ready`` if it is to be applied."""
         grads = self.grad_buffers
         total = self.weight_total
         if self.grad_reducer is not None:
@@ -296,12 +318,23 @@ class Accumulator:
         finite = self._finite(grads, norm)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
-        updated = self._update_if(finite, grads)
-        _hyper_map(_clear, self.grad_buffers)
+        if self.skip_nonfinite:
+            # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
+            _hyper_map(ops.partial(_assign_if, finite), self.grad_buffers, grads)
+            ops.assign_add(self.skipped_windows, 1 - finite.astype(ms.int32))
+        elif factor is not None or self.grad_reducer is not None:
+            _hyper_map(_assign, self.grad_buffers, grads)
+        ops.assign(self.ready, finite)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
-        ops.assign(self.accumulate_step, self.schedule(self.update_count))
-        return updated
+        ops.assign(self.accumulate_step, self.schedule(self.update_count + finite.astype(ms.int32)))
+
+    def _update(self):
+        self.optimizer(self.grad_buffers)
+        ops.assign_add(self.update_count, ops.ones((), ms.int32))
+        _hyper_map(_clear, self.grad_buffers)
+        ops.assign(self.ready, _FALSE)
+        return _TRUE
 
     def _normalising_factor(self, total):
         """The scalar the window's sum is multiplied by, or None for none."""
@@ -319,14 +352,6 @@ class Accumulator:
         if norm is not None:
             return ops.isfinite(norm)
         return _all_finite_by_matmul(grads)
-
-    def _update_if(self, finite, grads):
-        if finite:
-            self.optimizer(grads)
-            ops.assign_add(self.update_count, ops.ones((), ms.int32))
-            return _TRUE
-        ops.assign_add(self.skipped_windows, ops.ones((), ms.int32))
-        return _FALSE
 
     def _check_weight(self, weight):
         if weight is not None and self.reduction != "mean":
