@@ -191,18 +191,24 @@ class Accumulator:
         return list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
                                           self.update_count, self.skipped_windows]
 
-    def __call__(self, grads, count=None):
+    def __call__(self, grads, count=None, flush=False):
         """Adds one micro-batch's ``grads``; applies the window when it is full.
 
         ``count`` is the micro-batch's number of samples (or tokens) when the
-        grads come from a summed loss. Returns a bool Tensor, True when the
-        optimizer ran on this call (see the class example).
+        grads come from a summed loss. ``flush`` (a bool Tensor) applies the
+        window after this micro-batch even if it is not full, as ``flush()``
+        would, in the same branch: for the last micro-batch of an epoch.
+        Returns a bool Tensor, True when the optimizer ran on this call (see
+        the class example).
         """
         self.accumulate(grads, count)
-        # Branch on the comparison itself and return fresh constants: binding
-        # the condition to a name that is also returned makes MindSpore 2.10's
-        # graph compiler drop the branch.
-        if self.micro_step >= self.accumulate_step:
+        full = self.micro_step >= self.accumulate_step
+        if flush is not False:
+            full = ops.logical_or(full, flush)
+        # Branch on a name that is not returned, and return fresh constants:
+        # binding the condition to a name that is also returned makes
+        # MindSpore 2.10's graph compiler drop the branch.
+        if full:
             return self._apply()
         return _FALSE
 

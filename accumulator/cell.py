@@ -1,5 +1,6 @@
-"""Accumulation inside ``mindspore.train.Model``: a training cell and an epoch-end flush."""
-from mindspore import ParameterTuple, nn, ops
+"""Accumulation inside ``mindspore.train.Model``: a training cell and its epoch-end flush."""
+import mindspore as ms
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
 
 
@@ -9,8 +10,17 @@ class AccumulationTrainCell(nn.Cell):
     Wraps a network that returns the loss and an ``Accumulator`` (which holds
     the optimizer). Each call computes one micro-batch's loss and gradients,
     accumulates them and returns the loss, so ``LossMonitor`` and friends see
-    micro-batch losses. The accumulator's state is registered as this cell's
-    parameters, so ``ModelCheckpoint`` saves it with the network.
+    micro-batch losses. Once ``FlushAtEpochEnd`` has told it the epoch's
+    length, the cell applies each epoch's last, partial window inside the
+    epoch's last step, so every callback, ``ModelCheckpoint`` included, sees
+    the window applied.
+
+    Its parameters are the whole run's state: the network's, the
+    optimizer's, the accumulator's and the position in the epoch
+    (``epoch_step``, ``steps_per_epoch``). A ``ModelCheckpoint`` file holds
+    them all; resume by loading it with
+    ``accumulator.load_checkpoint(path, cell, optimizer, accumulator)`` and
+    training on (see the README for a file saved mid-epoch).
 
     Example:
         >>> import numpy as np
@@ -36,27 +46,33 @@ class AccumulationTrainCell(nn.Cell):
         self.optimizer = accumulator.optimizer
         self.weights = self.optimizer.parameters
         self.accumulator_state = ParameterTuple(accumulator.state_parameters())
+        # 0 until FlushAtEpochEnd says the epoch's length: no flush in the step.
+        self.steps_per_epoch = Parameter(Tensor(0, ms.int32), name="cell.steps_per_epoch", requires_grad=False)
+        self.epoch_step = Parameter(Tensor(0, ms.int32), name="cell.epoch_step", requires_grad=False)
         self.grad = ops.GradOperation(get_by_list=True)
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
         grads = self.grad(self.network, self.weights)(*inputs)
-        return ops.depend(loss, self.accumulator(grads))
-
-    def flush(self):
-        """Applies the accumulator's partial window; see ``Accumulator.flush``."""
-        return self.accumulator.flush()
+        step = self.epoch_step + 1
+        epoch_end = ops.logical_and(self.steps_per_epoch > 0, step >= self.steps_per_epoch)
+        ops.assign(self.epoch_step, ops.select(epoch_end, ops.zeros_like(step), step))
+        return ops.depend(loss, self.accumulator(grads, flush=epoch_end))
 
 
 class FlushAtEpochEnd(Callback):
     """Applies the last partial window of every epoch, so no gradient is dropped.
 
-    Example: see ``AccumulationTrainCell``.
+    Tells ``cell`` (an ``AccumulationTrainCell``) how many steps an epoch
+    has when training begins; the cell then applies the partial window in
+    the epoch's last step itself, before any callback runs. Example: see
+    ``AccumulationTrainCell``.
     """
 
     def __init__(self, cell):
         super().__init__()
         self.cell = cell
 
-    def on_train_epoch_end(self, run_context):
-        self.cell.flush()
+    def on_train_begin(self, run_context):
+        steps = run_context.original_args().batch_num
+        ops.assign(self.cell.steps_per_epoch, Tensor(steps, ms.int32))

@@ -72,5 +72,43 @@ def test_model_train_equals_the_hand_written_loop(tmp_path):
     fresh_accumulator = Accumulator(fresh_optimizer, 2)
     load_checkpoint(str(tmp_path / checkpoints[-1]), fresh_net, fresh_optimizer, fresh_accumulator)
     assert "accumulator.micro_step" in ms.load_checkpoint(str(tmp_path / checkpoints[-1]))
-    # The last save came after the final micro-step, before the epoch-end flush.
-    assert (int(fresh_accumulator.update_count), int(fresh_accumulator.micro_step)) == (3 * EPOCHS - 1, 1)
+    # The last save came at the epoch's last step, with its partial window applied.
+    assert (int(fresh_accumulator.update_count), int(fresh_accumulator.micro_step)) == (3 * EPOCHS, 0)
+
+
+def model_train_run(x, y, checkpoint_dir=None, resume_from=None):
+    """Model.train for 3 epochs, saving every step into ``checkpoint_dir``, or resuming from a file it wrote."""
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = AccumulationTrainCell(nn.WithLossCell(net, loss_fn), accumulator)
+    dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(MICRO_BATCH)
+    callbacks = [FlushAtEpochEnd(cell)]
+    if checkpoint_dir:
+        # The default CheckpointConfig: a file every step, mid-window ones included.
+        callbacks.append(ModelCheckpoint("run", checkpoint_dir, CheckpointConfig(keep_checkpoint_max=100)))
+    initial_epoch = 0
+    if resume_from:
+        load_checkpoint(resume_from, cell, optimizer, accumulator)
+        epoch, step = (int(v) for v in os.path.basename(resume_from)[len("run-"):-len(".ckpt")].split("_"))
+        # A file from the middle of an epoch resumes inside it, at the next step.
+        initial_epoch = epoch if step == SAMPLES // MICRO_BATCH else epoch - 1
+        if step < SAMPLES // MICRO_BATCH:
+            dataset.set_init_step(step)
+    Model(cell).train(3, dataset, callbacks=callbacks, dataset_sink_mode=False, initial_epoch=initial_epoch)
+    return optimizer_state(optimizer), int(accumulator.update_count)
+
+
+def test_resuming_from_any_model_checkpoint_file_ends_as_the_uninterrupted_run(tmp_path):
+    x, y = make_data(SAMPLES)
+    expected, expected_updates = model_train_run(x, y, checkpoint_dir=str(tmp_path))
+    assert expected_updates == 9
+    files = sorted(os.listdir(tmp_path), key=lambda name: os.path.getmtime(tmp_path / name))
+    files = [name for name in files if name.endswith(".ckpt")]
+    assert len(files) == 15
+    # Epoch ends, windows cut in half, and the first step of a later epoch.
+    for name in ("run-1_5.ckpt", "run-2_3.ckpt", "run-1_1.ckpt", "run-2_1.ckpt", "run-3_4.ckpt"):
+        actual, updates = model_train_run(x, y, resume_from=str(tmp_path / name))
+        assert updates == expected_updates, name
+        assert_states_close(actual, expected, rtol=0, atol=1e-6)
