@@ -178,6 +178,50 @@ class Accumulator:
         self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
         # Set and cleared within one call (see _apply), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
+        self.members = []
+
+    def attach(self, member):
+        """Adds ``member``'s per-window state to this accumulator's window.
+
+        For state that, like the gradient, must cover the whole window
+        (``convert_batchnorm``'s pooled batch statistics). ``member`` is a
+        ``@ms.jit_class`` object with three methods:
+
+        * ``state_parameters()``: its Parameters, checkpointed with the accumulator's;
+        * ``window_tensors()``: a tuple of Tensors to be summed across devices
+          with the window (by ``grad_reducer``);
+        * ``close_window(tensors, applied)``: called once per window with those
+          tensors, reduced, and a bool Tensor, True when the window is applied.
+          It runs inside a branch, so it must not branch on Tensors itself
+          (use ``ops.select``; see ``_apply``).
+
+        Attach before the first compiled call and before building an
+        ``AccumulationTrainCell``.
+
+        Example:
+            >>> @ms.jit_class
+            ... class WindowCounter:
+            ...     def __init__(self):
+            ...         self.windows = Parameter(Tensor(0, ms.int32), name="windows", requires_grad=False)
+            ...     def state_parameters(self):
+            ...         return [self.windows]
+            ...     def window_tensors(self):
+            ...         return ()
+            ...     def close_window(self, tensors, applied):
+            ...         ops.assign_add(self.windows, applied.astype(ms.int32))
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=2)
+            >>> accumulator.attach(WindowCounter())
+            >>> accumulator.state_parameters()[-1].name
+            'windows'
+            >>> accumulator.attach(object())
+            Traceback (most recent call last):
+            ...
+            TypeError: member must have a state_parameters() method, got object
+        """
+        for method in ("state_parameters", "window_tensors", "close_window"):
+            if not callable(getattr(member, method, None)):
+                raise TypeError(f"member must have a {method}() method, got {type(member).__name__}")
+        self.members.append(member)
 
     def state_parameters(self):
         """Every Parameter of the accumulator's state, for checkpoints.
@@ -188,8 +232,9 @@ class Accumulator:
             ['accumulator.accumulate_step', 'accumulator.micro_step', 'accumulator.weight_total',
              'accumulator.update_count', 'accumulator.skipped_windows']
         """
-        return list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
-                                          self.update_count, self.skipped_windows]
+        own = list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
+                                         self.update_count, self.skipped_windows]
+        return own + [p for member in self.members for p in member.state_parameters()]
 
     def __call__(self, grads, count=None, flush=False):
         """Adds one micro-batch's ``grads``; applies the window when it is full.
@@ -305,9 +350,12 @@ class Accumulator:
         """Leaves the window's update in the buffers and sets ``ready`` if it is to be applied."""
         grads = self.grad_buffers
         total = self.weight_total
+        extra = ()
+        for member in self.members:
+            extra = extra + member.window_tensors()
         if self.grad_reducer is not None:
-            reduced = self.grad_reducer(tuple(grads) + (total,))
-            grads, total = reduced[:-1], reduced[-1]
+            reduced = self.grad_reducer(tuple(grads) + extra + (total,))
+            grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
         factor = self._normalising_factor(total)
         norm = None
         if self.clip_norm is not None:
@@ -330,6 +378,11 @@ class Accumulator:
             ops.assign_add(self.skipped_windows, 1 - finite.astype(ms.int32))
         elif factor is not None or self.grad_reducer is not None:
             _hyper_map(_assign, self.grad_buffers, grads)
+        start = 0
+        for member in self.members:
+            size = len(member.window_tensors())
+            member.close_window(extra[start:start + size], finite)
+            start = start + size
         ops.assign(self.ready, finite)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))

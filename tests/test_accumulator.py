@@ -239,3 +239,39 @@ def test_count_with_sum_reduction_is_rejected():
     with pytest.raises(ValueError, match="count weighting needs reduction='mean'"):
         accumulator(grads, Tensor(3, ms.int32))
     assert int(accumulator.micro_step) == 0
+
+
+@ms.jit_class
+class WindowLog:
+    """A member that sums a per-window tensor across the window's reducer and records what it saw."""
+
+    def __init__(self):
+        self.local = Parameter(Tensor(3.0, ms.float32), name="log.local", requires_grad=False)
+        self.reduced = Parameter(Tensor(0.0, ms.float32), name="log.reduced", requires_grad=False)
+        self.applied = Parameter(Tensor(0, ms.int32), name="log.applied", requires_grad=False)
+
+    def state_parameters(self):
+        return [self.local, self.reduced, self.applied]
+
+    def window_tensors(self):
+        return (self.local,)
+
+    def close_window(self, tensors, applied):
+        ops.assign(self.reduced, tensors[0])
+        ops.assign_add(self.applied, applied.astype(ms.int32))
+
+
+def test_attached_members_ride_the_reducer_and_hear_of_every_window(mode):
+    x, y = make_data(16)
+    expected = reference_state("sgd", [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 3, grad_reducer=DoublingReducer())
+    log = WindowLog()
+    accumulator.attach(log)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
+    for data, label in split(x, y, [5, 3, 8]):
+        step(data, label, Tensor(len(data), ms.int32))
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert (float(log.reduced), int(log.applied)) == (6.0, 1)
+    assert [p.name for p in accumulator.state_parameters()][-3:] == ["log.local", "log.reduced", "log.applied"]
