@@ -1,0 +1,286 @@
+"""An equivalence self-check: does one accumulated window equal the large batch?
+
+``check_equivalence`` runs the user's gradient function on each micro-batch
+of one window and on their concatenation, and compares the window's
+gradient, normalised as the Accumulator would normalise it, with the large
+batch's. It touches no weights, optimizer state or accumulator state, and
+when the two differ it names the likely reason: BatchNorm in training mode,
+dropout (or any randomness), uneven micro-batches without counts, a loss
+normalised the wrong way for the reduction, or a loss that is not a mean or
+sum over samples.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, nn, ops
+
+# Relative to each gradient tensor's largest element. The window and the
+# large batch add the same per-sample terms in a different order (per
+# micro-batch, then across micro-batches); float32 rounds each sum by about
+# sqrt(B) * 1.2e-7 of its magnitude and by B * 1.2e-7 at worst, so 1e-4
+# (~1000 float32 epsilons) holds for batches of a thousand samples even in
+# the worst case. Measured: 2e-7 (16 samples) to 2.5e-6 (the MNIST net, 8 x
+# 1024 samples) for equivalent windows; 1e-2 or more for every non-equivalent
+# net in tests/test_selfcheck.py.
+RTOL = 1e-4
+
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.DropoutExt, nn.Dropout2dExt)
+
+
+@dataclass(frozen=True)
+class EquivalenceReport:
+    """What ``check_equivalence`` found; ``str(report)`` is its one-line ``summary()``.
+
+    Attributes:
+        max_abs_diff: the largest absolute difference between the window's
+            gradient and the large batch's, element by element.
+        max_rel_diff: the largest, over gradient tensors, of that tensor's
+            largest absolute difference over its largest absolute gradient
+            (element-wise ratios explode where a gradient crosses zero).
+        state_bytes: bytes of the accumulator's state (buffers and counters).
+        param_bytes: bytes of the optimizer's parameters it mirrors.
+        equivalent: ``max_rel_diff <= rtol``, and two runs of the large batch
+            agree to ``rtol`` (no randomness).
+        reasons: the likely reasons it is not equivalent (empty when it is).
+        verdict: the finding in plain words.
+        rtol: the tolerance ``max_rel_diff`` was held to.
+
+    Example: see ``check_equivalence``.
+    """
+
+    max_abs_diff: float
+    max_rel_diff: float
+    state_bytes: int
+    param_bytes: int
+    equivalent: bool
+    reasons: tuple
+    verdict: str
+    rtol: float = RTOL
+
+    def summary(self):
+        """The verdict, the differences and the memory, on one line."""
+        return (f"{self.verdict} (largest difference {self.max_rel_diff:.1e} of the gradient's size, "
+                f"{self.max_abs_diff:.1e} absolute, tolerance {self.rtol:.0e}); accumulator state "
+                f"{self.state_bytes / self.param_bytes:.2f}x the parameters' bytes "
+                f"({self.state_bytes:,} / {self.param_bytes:,})")
+
+    __str__ = summary
+
+
+def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=None, rtol=RTOL):
+    """Compares one accumulated window's gradient with the large batch's, changing nothing.
+
+    Args:
+        grad_fn: the training step's gradient function, ``grad_fn(*inputs)
+            -> (loss, grads)``, such as ``ms.value_and_grad(forward, None,
+            optimizer.parameters)``.
+        micro_batches: one window: a list of input tuples for ``grad_fn``.
+            The large batch is their concatenation along axis 0.
+        accumulator: the ``Accumulator`` the step feeds. Only its
+            ``reduction``, optimizer and state sizes are read.
+        counts: each micro-batch's sample (or token) count, as the step passes
+            them with a summed loss; ``None`` when it passes none.
+        network: the network, to scan for BatchNorm and dropout in training
+            mode and to restore its non-trainable state (BatchNorm's running
+            statistics move on every forward pass in training mode).
+        rtol: the largest difference, relative to each gradient tensor's
+            largest element, still called equivalent (see ``RTOL``).
+
+    The window's gradient is what the accumulator would apply: the micro-batch
+    gradients summed in buffers of the parameters' dtype, then divided by the
+    number of micro-batches (``reduction="mean"``), by the sum of ``counts``,
+    or left as the sum (``reduction="sum"``). The large batch's gradient,
+    ``grad_fn`` on the concatenation, is normalised the same way: as is for a
+    mean loss, divided by the sum of counts for a summed loss, and with
+    ``reduction="sum"`` as is (a summed loss) or times N (a loss divided by
+    N), whichever fits. A constant factor inside ``grad_fn`` (such as the
+    MindSpore tutorial's ``loss / N``) scales both sides alike and is not
+    seen. Loss-scale unscaling and clipping act alike on both and are left out.
+
+    Every Parameter of ``network``, of the optimizer and of the accumulator
+    is put back bit for bit afterwards. Random number generators are not:
+    with dropout, training after the check draws other masks than without it.
+
+    Returns:
+        an ``EquivalenceReport``.
+
+    Example:
+        >>> from accumulator import Accumulator
+        >>> net = nn.Dense(3, 2)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+        >>> def make_grad_fn(net, parameters):
+        ...     def forward(x, y):
+        ...         return ((net(x) - y) ** 2).mean()
+        ...     return ms.value_and_grad(forward, None, parameters)
+        >>> grad_fn = make_grad_fn(net, accumulator.optimizer.parameters)
+        >>> x, y = np.arange(24, dtype=np.float32).reshape(8, 3) / 24, np.zeros((8, 2), np.float32)
+        >>> window = [(Tensor(x[:4]), Tensor(y[:4])), (Tensor(x[4:]), Tensor(y[4:]))]
+        >>> report = check_equivalence(grad_fn, window, accumulator, network=net)
+        >>> report.equivalent, report.reasons, report.max_rel_diff < 1e-6
+        (True, (), True)
+        >>> print(report)
+        equivalent: the window's gradient is the large batch's, to float32 rounding (largest difference
+        ...e-0... of the gradient's size, ...e-0... absolute, tolerance 1e-04); accumulator state 1.62x the
+        parameters' bytes (52 / 32)
+
+    Uneven micro-batches averaged without counts are a mean of means:
+        >>> uneven = [(Tensor(x[:2]), Tensor(y[:2])), (Tensor(x[2:]), Tensor(y[2:]))]
+        >>> check_equivalence(grad_fn, uneven, accumulator).reasons
+        ('micro-batches of different sizes [2, 6] averaged without counts weigh each micro-batch alike, not each sample: take the gradient of a summed loss and pass counts',)
+    """
+    micro_batches = [tuple(batch) for batch in micro_batches]
+    if not micro_batches:
+        raise ValueError("a window needs at least one micro-batch")
+    if counts is not None:
+        counts = [float(c) for c in counts]
+        if len(counts) != len(micro_batches):
+            raise ValueError(f"counts must hold one number per micro-batch ({len(micro_batches)}), got {len(counts)}")
+        if accumulator.reduction != "mean":
+            raise ValueError("count weighting needs reduction='mean', got reduction='sum'")
+    saved = _snapshot(network, accumulator)
+    try:
+        window = _window_gradient(grad_fn, micro_batches, accumulator, counts)
+        large_batch = _concatenate(micro_batches)
+        first = _as_float64(grad_fn(*large_batch)[1])
+        second = _as_float64(grad_fn(*large_batch)[1])
+    finally:
+        _restore(saved)
+    # The same batch twice: any difference is randomness, whatever op draws it.
+    # One comparison alone can pass by chance: MindSpore 2.10 draws the first
+    # dropout masks of each new input shape from the seed again, so the large
+    # batch's masks can be the micro-batches' end to end (seen in both modes).
+    noise = _differences(second, first)[1]
+    reference = _normalise(first, window, accumulator.reduction, counts, len(micro_batches))
+    max_abs, max_rel = _differences(window, reference)
+    equivalent = max_rel <= rtol and noise <= rtol
+    reasons = () if equivalent else _reasons(window, reference, noise, micro_batches, accumulator, counts,
+                                             network, rtol)
+    if equivalent:
+        verdict = "equivalent: the window's gradient is the large batch's, to float32 rounding"
+    else:
+        verdict = "NOT equivalent: the window's gradient differs from the large batch's; likely " + "; ".join(reasons)
+    state_bytes = sum(p.nbytes for p in accumulator.state_parameters())
+    param_bytes = sum(p.nbytes for p in accumulator.optimizer.parameters)
+    return EquivalenceReport(max_abs, max_rel, state_bytes, param_bytes, equivalent, reasons, verdict, rtol)
+
+
+def _window_gradient(grad_fn, micro_batches, accumulator, counts):
+    """The update the accumulator would apply for this window, in its arithmetic, as float64."""
+    sums = [np.zeros_like(buffer.asnumpy()) for buffer in accumulator.grad_buffers]
+    for batch in micro_batches:
+        for total, grad in zip(sums, grad_fn(*batch)[1]):
+            total += grad.asnumpy().astype(total.dtype)
+    if accumulator.reduction == "sum":
+        return [total.astype(np.float64) for total in sums]
+    # The accumulator's float32 weight and its one multiply by 1 / weight.
+    weight = np.float32(0)
+    for count in counts or [1.0] * len(micro_batches):
+        weight += np.float32(count)
+    factor = np.float32(1) / weight
+    return [(total * factor.astype(total.dtype)).astype(np.float64) for total in sums]
+
+
+def _normalise(reference, window, reduction, counts, micro_steps):
+    if counts is not None:
+        return [grad / sum(counts) for grad in reference]
+    if reduction == "mean":
+        return reference
+    # reduction="sum" fits a summed loss (the window's sum is the large batch's)
+    # and a loss divided by N (the large batch's, through the same division, is N times smaller).
+    scale = _scale(window, reference)
+    factor = micro_steps if abs(scale - micro_steps) < abs(scale - 1) else 1
+    return [grad * factor for grad in reference]
+
+
+def _reasons(window, reference, noise, micro_batches, accumulator, counts, network, rtol):
+    scale = _scale(window, reference)
+    if noise <= rtol and _differences(window, [grad * scale for grad in reference])[1] <= rtol:
+        return (_scale_reason(scale, accumulator.reduction, counts),)
+    reasons = _training_mode_reasons(network)
+    if noise > rtol:
+        reasons.append(f"randomness: two runs of the same large batch differ by {noise:.1e} of the gradient's size "
+                       "(dropout or another random op in training mode; the window cannot draw the large batch's "
+                       "random numbers)")
+    sizes = [int(batch[0].shape[0]) for batch in micro_batches]
+    if counts is None and accumulator.reduction == "mean" and len(set(sizes)) > 1:
+        reasons.append(f"micro-batches of different sizes {sizes} averaged without counts weigh each micro-batch "
+                       "alike, not each sample: take the gradient of a summed loss and pass counts")
+    if not reasons:
+        reasons.append("a loss that is not a mean or sum of per-sample losses (it squares a batch mean, "
+                       "normalises over the batch, or otherwise couples samples): the mean of micro-batch "
+                       "gradients is not the large batch's gradient")
+    return tuple(reasons)
+
+
+def _scale_reason(scale, reduction, counts):
+    if counts is not None:
+        hint = "counts need the gradient of a loss summed over samples, not a mean"
+    elif reduction == "mean":
+        hint = "a loss summed over samples needs counts (each micro-batch's sample count), or use a mean loss"
+    else:
+        hint = "reduction='sum' needs a loss summed over samples or a mean divided by N"
+    return f"a normalisation mismatch: the window's gradient is {scale:.3g}x the large batch's: {hint}"
+
+
+def _training_mode_reasons(network):
+    if network is None:
+        return []
+    batch_norms = [name for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
+                   and (cell.use_batch_statistics or (cell.use_batch_statistics is None and cell.training))]
+    dropouts = [name for name, cell in network.cells_and_names() if isinstance(cell, _DROPOUTS) and cell.training]
+    reasons = []
+    if batch_norms:
+        reasons.append(f"BatchNorm in training mode ({', '.join(batch_norms)}): each micro-batch is normalised by "
+                       "its own mean and variance, not the large batch's; use GroupNorm or LayerNorm, or accept "
+                       "the difference")
+    if dropouts:
+        reasons.append(f"dropout in training mode ({', '.join(dropouts)}): every forward pass draws new masks")
+    return reasons
+
+
+def _snapshot(network, accumulator):
+    params = list(accumulator.optimizer.get_parameters()) + accumulator.state_parameters()
+    if network is not None:
+        params += list(network.get_parameters())
+    unique = {id(param): param for param in params}
+    return [(param, param.asnumpy().copy()) for param in unique.values()]
+
+
+def _restore(saved):
+    for param, value in saved:
+        if param.asnumpy().tobytes() != value.tobytes():
+            # ops.assign writes into the Parameter's own memory, so graphs
+            # compiled before the check keep training the same Parameter.
+            ops.assign(param, Tensor(value))
+
+
+def _concatenate(micro_batches):
+    columns = zip(*micro_batches)
+    return tuple(Tensor(np.concatenate([_numpy(item) for item in column])) for column in columns)
+
+
+def _numpy(value):
+    return value.asnumpy() if isinstance(value, Tensor) else np.asarray(value)
+
+
+def _as_float64(grads):
+    return [grad.asnumpy().astype(np.float64) for grad in grads]
+
+
+def _scale(window, reference):
+    """The factor that best maps ``reference`` onto ``window`` (least squares)."""
+    dot = sum(float((w * r).sum()) for w, r in zip(window, reference))
+    norm = sum(float((r * r).sum()) for r in reference)
+    return dot / norm if norm else 1.0
+
+
+def _differences(window, reference):
+    max_abs = max_rel = 0.0
+    for w, r in zip(window, reference):
+        diff = float(np.abs(w - r).max()) if w.size else 0.0
+        size = float(np.abs(r).max()) if r.size else 0.0
+        max_abs = max(max_abs, diff)
+        max_rel = max(max_rel, diff / size if size else (0.0 if diff == 0 else float("inf")))
+    return max_abs, max_rel
