@@ -120,11 +120,22 @@ def _check_file(path, magic, trailing_dims):
     return dims[0]
 
 
+def _check_labels(path):
+    # MindSpore's sparse cross-entropy takes a label outside the classes
+    # without an error, so a run would train on it: caught here, by position.
+    labels = read_idx(path)
+    bad = np.flatnonzero(labels >= NUM_CLASSES)
+    if bad.size:
+        others = f" (and {bad.size - 1} more)" if bad.size > 1 else ""
+        raise MnistFormatError(f"{path}: label {labels[bad[0]]} at index {bad[0]} is not a class in "
+                               f"[0, {NUM_CLASSES}){others}")
+
+
 def validate_split(folder, split):
     """Check the image and label files of ``split`` ("train" or "test") in ``folder``.
 
     Returns the number of samples; raises :class:`MnistFormatError` naming
-    the file and the fault.
+    the file and the fault (a bad label: its value and index).
 
     Example:
         >>> validate_split("MNIST_Data/train", "train")
@@ -137,6 +148,7 @@ def validate_split(folder, split):
     n_labels = _check_file(labels_path, LABEL_MAGIC, ())
     if n_images != n_labels:
         raise MnistFormatError(f"{images_path} holds {n_images} images but {labels_path} holds {n_labels} labels")
+    _check_labels(labels_path)
     return n_images
 
 

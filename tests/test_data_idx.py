@@ -1,5 +1,6 @@
 """MNIST idx files: round trip, header checks, synthetic data layout."""
 import os
+import re
 import shutil
 import struct
 
@@ -132,4 +133,14 @@ def test_validate_catches_count_mismatch(mnist_copy):
 def test_validate_names_missing_file(mnist_copy):
     os.remove(os.path.join(mnist_copy, "test", "t10k-images-idx3-ubyte"))
     with pytest.raises(MnistFormatError, match=r"test.t10k-images-idx3-ubyte: file is missing"):
+        validate_mnist_dir(mnist_copy)
+
+
+def test_validate_names_a_label_outside_the_classes(mnist_copy):
+    path = os.path.join(mnist_copy, "train", SPLIT_FILES["train"][1])
+    labels = read_idx(path).copy()
+    labels[[7, 9]] = [42, 10]
+    write_idx_labels(path, labels)
+    with pytest.raises(MnistFormatError, match=re.escape(f"{path}: label 42 at index 7 is not a class in [0, 10) "
+                                                         "(and 1 more)")):
         validate_mnist_dir(mnist_copy)
