@@ -122,8 +122,8 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
         (True, (), True)
         >>> print(report)
         equivalent: the window's gradient is the large batch's, to float32 rounding (largest difference
-        ...e-0... of the gradient's size, ...e-0... absolute, tolerance 1e-04); accumulator state 1.62x the
-        parameters' bytes (52 / 32)
+        ...e-0... of the gradient's size, ...e-0... absolute, tolerance 1e-04); accumulator state ...x the
+        parameters' bytes (... / 32)
 
     Uneven micro-batches averaged without counts are a mean of means:
         >>> uneven = [(Tensor(x[:2]), Tensor(y[:2])), (Tensor(x[2:]), Tensor(y[2:]))]

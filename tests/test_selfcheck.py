@@ -10,8 +10,8 @@ from accumulator.state import training_state
 from helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, split
 from models.mnist import MnistDenseNet, mnist_loss
 
-# accumulate_step, micro_step, update_count, skipped_windows (int32) and weight_total (float32).
-COUNTER_BYTES = 5 * 4
+# One buffer per parameter, plus a few scalar counters (5 of 4 bytes today): the bound on the rest.
+MAX_COUNTER_BYTES = 100
 
 
 def _net_with(layer, seed=0):
@@ -41,7 +41,7 @@ def test_mean_loss_on_even_micro_batches_is_equivalent(mode):
     assert report.max_abs_diff < 1e-6 and report.max_rel_diff < 1e-5
     assert report.verdict.startswith("equivalent")
     assert report.param_bytes == (6 * 8 + 8 + 8 * 3 + 3) * 4
-    assert report.state_bytes == report.param_bytes + COUNTER_BYTES
+    assert 0 < report.state_bytes - report.param_bytes < MAX_COUNTER_BYTES
     assert "\n" not in str(report) and str(report) == report.summary()
 
 
@@ -64,7 +64,7 @@ def test_the_mnist_net_with_a_summed_loss_and_counts_is_equivalent(mode):
                                counts=[32, 32], network=net)
     assert report.equivalent, report.summary()
     assert report.max_rel_diff < 1e-5
-    assert report.state_bytes == report.param_bytes + COUNTER_BYTES == 2_678_824 + COUNTER_BYTES
+    assert report.param_bytes == 669_706 * 4 and 0 < report.state_bytes - report.param_bytes < MAX_COUNTER_BYTES
 
 
 def test_counts_with_a_summed_loss_on_uneven_micro_batches_are_equivalent(mode):
