@@ -40,17 +40,39 @@ def _extracted_root(folder):
     return nested if os.path.isdir(nested) else folder
 
 
+def _missing_folders(folder):
+    """The folders on the way to ``folder`` that do not exist yet, outermost first."""
+    missing = []
+    folder = os.path.abspath(folder)
+    while not os.path.exists(folder):
+        missing.insert(0, folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
+def _remove_empty(folders):
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return  # someone else put something there: leave it and its parents
+
+
 def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
     """Return ``data_dir`` once it holds valid MNIST, downloading it if needed.
 
     Valid files already in ``data_dir/train`` and ``data_dir/test`` are used
     as they are, without touching the network. Otherwise the zip at ``url``
     is unpacked into a temporary folder beside ``data_dir``, checked, and
-    only then moved into place, so a failure leaves nothing half-written.
+    only then moved into place, so a failure leaves nothing half-written;
+    folders it had to create on the way are removed again.
 
     Raises:
         MnistUnavailableError: the download failed (offline, bad address,
-            not a zip); the message says how to supply the files by hand.
+            not a zip, no folder can be made there); the message says how
+            to supply the files by hand.
         MnistFormatError: the download worked but a file in it is bad.
 
     Example:
@@ -62,9 +84,15 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
     except MnistFormatError:
         pass
     parent = os.path.dirname(os.path.abspath(data_dir))
-    os.makedirs(parent, exist_ok=True)
-    # The .tmp suffix keeps a folder left by a killed process out of git.
-    staging = tempfile.mkdtemp(prefix=".MNIST_Data.", suffix=".tmp", dir=parent)
+    created = _missing_folders(parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        # The .tmp suffix keeps a folder left by a killed process out of git.
+        staging = tempfile.mkdtemp(prefix=".MNIST_Data.", suffix=".tmp", dir=parent)
+    except OSError as error:
+        _remove_empty(created)
+        raise MnistUnavailableError(_unavailable_message(url, data_dir, f"cannot write in {parent}: "
+                                                                        f"{error.strerror}")) from error
     try:
         try:
             download(url, staging, kind="zip", replace=True, progressbar=False)
@@ -85,8 +113,10 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
             os.makedirs(os.path.join(data_dir, split), exist_ok=True)
             for name in names:
                 os.replace(os.path.join(root, split, name), os.path.join(data_dir, split, name))
+        created = []  # installed: the folders on the way now lead to data_dir
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(created)
     return data_dir
 
 

@@ -62,6 +62,17 @@ def test_offline_download_raises_helpful_error_and_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_failed_download_removes_the_folders_it_made_on_the_way(tmp_path):
+    # As `--data-dir /nonexistent/dir` offline: /nonexistent must not stay behind.
+    with pytest.raises(MnistUnavailableError, match="Connection refused"):
+        ensure_mnist(str(tmp_path / "not" / "yet" / "MNIST_Data"), url=UNREACHABLE_URL)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(MnistUnavailableError, match=r"cannot write in .*a_file/sub: Not a directory"):
+        ensure_mnist(str(tmp_path / "a_file" / "sub" / "MNIST_Data"), url=UNREACHABLE_URL)
+    assert os.listdir(tmp_path) == ["a_file"]
+
+
 def test_valid_files_skip_the_download(synthetic_mnist_dir, tmp_path):
     data_dir = shutil.copytree(synthetic_mnist_dir, tmp_path / "MNIST_Data")
     before = {name: os.stat(os.path.join(data_dir, "train", name)).st_mtime_ns for name in SPLIT_FILES["train"]}
@@ -128,7 +139,7 @@ def test_corrupt_download_names_the_file_and_leaves_nothing(synthetic_mnist_dir,
             ensure_mnist(data_dir, url=f"{base_url}/MNIST_Data.zip")
         with pytest.raises(MnistUnavailableError, match="not_a.zip.*File is not a zip file"):
             ensure_mnist(data_dir, url=f"{base_url}/not_a.zip")
-    assert os.listdir(tmp_path / "out") == []
+    assert sorted(os.listdir(tmp_path)) == ["served"]  # not even the folder "out" it made to stage in
 
 
 # ---------------------------------------------------------------- mnist_dataset

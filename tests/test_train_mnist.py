@@ -141,7 +141,7 @@ def test_plot_without_matplotlib_stops_before_training(monkeypatch, capsys, tmp_
 # ---------------------------------------------------------------- downloads
 
 def test_offline_download_exits_with_the_message_and_no_traceback(tmp_path):
-    data_dir = str(tmp_path / "MNIST_Data")
+    data_dir = str(tmp_path / "nonexistent" / "dir")  # the folders it makes on the way go again
     result = run_script("--data-dir", data_dir, "--mnist-url", UNREACHABLE_URL)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
