@@ -20,6 +20,8 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"shuffle": 1}, "shuffle must be True or False, got 1"),
     ({"ckpt_dir": ""}, "ckpt_dir must be None or a non-empty path string, got ''"),
     ({"resume": True}, "resume=True needs a ckpt_dir, got ckpt_dir=None"),
+    ({"overwrite": True}, "overwrite=True needs a ckpt_dir, got ckpt_dir=None"),
+    ({"ckpt_dir": "c", "resume": True, "overwrite": True}, "resume=True continues the run in ckpt_dir, overwrite=True"),
     ({"distributed": True, "rank": 2, "ranks": 2}, "rank must be in [0, 2), got 2"),
     ({"ranks": 2}, "ranks > 1 needs distributed=True, got ranks=2"),
 ])

@@ -11,6 +11,7 @@ import sys
 
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
 from training.errors import TrainingError
+from training.interrupts import deferred
 
 CHECKPOINT_NAME = re.compile(r"^epoch_(\d+)\.ckpt$")
 
@@ -45,12 +46,59 @@ def find_checkpoints(ckpt_dir):
     return [os.path.join(ckpt_dir, name) for _, name in sorted(found, reverse=True)]
 
 
+def check_ckpt_dir(config):
+    """Refuses, before any work, a ``config.ckpt_dir`` that would resume nothing or mix two runs.
+
+    With ``resume`` there must be a checkpoint to resume; without it the
+    folder must hold none, unless ``overwrite`` says to replace them
+    (``clear_checkpoints`` does, once training starts). Raises
+    ``TrainingError`` naming the flag and the folder; changes nothing.
+
+    Example:
+        >>> import tempfile
+        >>> from training.config import TrainConfig
+        >>> folder = tempfile.mkdtemp()
+        >>> check_ckpt_dir(TrainConfig(ckpt_dir=folder))
+        >>> check_ckpt_dir(TrainConfig(ckpt_dir=folder, resume=True))
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: --resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir ...; check the folder, or leave out --resume to start afresh
+    """
+    if not config.ckpt_dir:
+        return
+    found = find_checkpoints(config.ckpt_dir)
+    if config.resume and not found:
+        raise TrainingError(f"--resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir {config.ckpt_dir}; "
+                            "check the folder, or leave out --resume to start afresh")
+    if found and not (config.resume or config.overwrite):
+        raise TrainingError(f"--ckpt-dir {config.ckpt_dir} holds another run's checkpoints (newest "
+                            f"{os.path.basename(found[0])}): add --resume to continue that run, --overwrite to "
+                            "replace it, or choose another --ckpt-dir")
+
+
+def clear_checkpoints(ckpt_dir):
+    """Removes the ``epoch_NNN.ckpt`` files of ``ckpt_dir`` (a run started with ``--overwrite``); other files stay.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> for name in ("epoch_001.ckpt", "notes.txt"):
+        ...     open(os.path.join(folder, name), "w").close()
+        >>> clear_checkpoints(folder)
+        >>> os.listdir(folder)
+        ['notes.txt']
+    """
+    for path in find_checkpoints(ckpt_dir):
+        os.remove(path)
+
+
 def save_epoch_checkpoint(run, config, epoch, history):
     """Writes ``config.ckpt_dir/epoch_NNN.ckpt`` atomically; returns its path.
 
     ``run`` is a ``training.loop.Run`` (its ``net``, ``optimizer`` and
     ``accumulator`` are saved). A failed write raises ``TrainingError`` and
-    leaves older checkpoints as they were.
+    leaves older checkpoints as they were. Ctrl-C or SIGTERM during the
+    write (``training.interrupts``) takes effect once it is done.
 
     Example:
         >>> import tempfile
@@ -65,7 +113,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
     path = checkpoint_path(config.ckpt_dir, epoch)
     extra = {"epoch": epoch, "config": json.dumps(config.resume_settings()), "history": json.dumps(history)}
     try:
-        save_checkpoint(path, run.net, run.optimizer, run.accumulator, extra=extra)
+        with deferred():
+            save_checkpoint(path, run.net, run.optimizer, run.accumulator, extra=extra)
     except OSError as error:
         previous = f"; {os.path.basename(checkpoint_path(config.ckpt_dir, epoch - 1))} is intact" if epoch > 1 else ""
         raise TrainingError(f"could not write checkpoint {path}: {error}{previous}") from error
@@ -80,10 +129,10 @@ def _changed_settings(saved, config):
 def resume(run, config, say=print):
     """Loads the newest readable checkpoint of ``config.ckpt_dir`` into ``run``.
 
-    Returns ``(epochs_done, history)``, ``(0, [])`` when there is none.
-    Unreadable files are skipped with a warning on stderr; a checkpoint
-    taken with other settings raises ``TrainingError`` rather than resume
-    inexactly. ``say`` prints where it resumed from.
+    Returns ``(epochs_done, history)``. Unreadable files are skipped with
+    a warning on stderr; no readable one, or one taken with other settings,
+    raises ``TrainingError`` rather than start afresh or resume inexactly.
+    ``say`` prints where it resumed from.
 
     Example:
         >>> import tempfile
@@ -91,8 +140,6 @@ def resume(run, config, say=print):
         >>> from training.loop import build_run
         >>> from training.task import toy_task
         >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp(), resume=True)
-        >>> resume(build_run(config, toy_task()), config, say=lambda line: None)
-        (0, [])
         >>> _ = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [{"epoch": 1}])
         >>> resume(build_run(config, toy_task()), config, say=lambda line: None)
         (1, [{'epoch': 1}])
@@ -111,5 +158,4 @@ def resume(run, config, say=print):
                                 + ". Pass the same flags, or another --ckpt-dir.")
         say(f"resumed from {path} (epoch {extra['epoch']})")
         return int(extra["epoch"]), json.loads(extra["history"])
-    say(f"no checkpoint in {config.ckpt_dir}: starting from epoch 1")
-    return 0, []
+    raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")

@@ -63,6 +63,7 @@ class TrainConfig:
     drop_last: bool = False
     ckpt_dir: Optional[str] = None
     resume: bool = False
+    overwrite: bool = False
     log_json: Optional[str] = None
     plot: Optional[str] = None
     rank: int = 0
@@ -75,15 +76,18 @@ class TrainConfig:
         non_negative_int(self.seed, "seed")
         for name in ("batch_size", "accumulate_step", "epochs", "ranks"):
             positive_int(getattr(self, name), name)
-        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume"):
+        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume", "overwrite"):
             boolean(getattr(self, name), name)
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) \
                 or self.lr <= 0:
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
         for name in ("ckpt_dir", "log_json", "plot"):
             _optional_path(getattr(self, name), name)
-        if self.resume and self.ckpt_dir is None:
-            raise ValueError("resume=True needs a ckpt_dir, got ckpt_dir=None")
+        for name in ("resume", "overwrite"):
+            if getattr(self, name) and self.ckpt_dir is None:
+                raise ValueError(f"{name}=True needs a ckpt_dir, got ckpt_dir=None")
+        if self.resume and self.overwrite:
+            raise ValueError("resume=True continues the run in ckpt_dir, overwrite=True replaces it: pass one")
         if not 0 <= non_negative_int(self.rank, "rank") < self.ranks:
             raise ValueError(f"rank must be in [0, {self.ranks}), got {self.rank!r}")
         if self.ranks > 1 and not self.distributed:

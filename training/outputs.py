@@ -1,0 +1,76 @@
+"""Before any work: can the run write every file and folder it was asked for?
+
+A run writes its checkpoints, JSON log and plot only after its first
+epoch, so a path that cannot be written must be found before training
+starts, and without creating anything: a run that then stops early (bad
+data, Ctrl-C) leaves no empty folder behind.
+"""
+import os
+import tempfile
+
+from training.checkpoints import check_ckpt_dir
+from training.errors import TrainingError
+
+# The TrainConfig fields that name outputs, and whether each is a folder.
+OUTPUTS = {"ckpt_dir": True, "log_json": False, "plot": False}
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def check_writable(flag, path, folder=False):
+    """Raises ``TrainingError`` naming ``flag`` and ``path`` unless ``path`` can be written; creates nothing.
+
+    ``path`` is a file (replaced if it exists), or with ``folder`` a folder
+    to write files in. What does not exist yet must be creatable: the
+    nearest folder that exists on the way is tried with a temporary file,
+    which is removed again (a permission check would pass anything for root).
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> check_writable("--log-json", os.path.join(folder, "logs", "run.json"))
+        >>> check_writable("--log-json", folder)
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: --log-json /...: is a folder; name a file
+        >>> os.listdir(folder)
+        []
+    """
+    if os.path.exists(path) and os.path.isdir(path) != folder:
+        raise TrainingError(f"{flag} {path}: is a file; name a folder" if folder
+                            else f"{flag} {path}: is a folder; name a file")
+    nearest = os.path.abspath(path if folder else os.path.dirname(os.path.abspath(path)))
+    while not os.path.exists(nearest):
+        nearest = os.path.dirname(nearest)
+    if not os.path.isdir(nearest):
+        raise TrainingError(f"{flag} {path}: {nearest} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+    except OSError as error:
+        raise TrainingError(f"{flag} {path}: cannot create a file in {nearest} ({error.strerror})") from None
+
+
+def check_outputs(config):
+    """Checks every output of ``config`` before any work: paths writable, ``ckpt_dir`` fit to use.
+
+    Raises ``TrainingError`` naming the flag and the path (see
+    ``check_writable`` and ``training.checkpoints.check_ckpt_dir``);
+    creates and changes nothing.
+
+    Example:
+        >>> import tempfile
+        >>> from training.config import TrainConfig
+        >>> check_outputs(TrainConfig(ckpt_dir=os.path.join(tempfile.mkdtemp(), "runs", "a")))
+        >>> check_outputs(TrainConfig(plot="/proc/run.png"))
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: --plot /proc/run.png: cannot create a file in /proc (...)
+    """
+    for name, folder in OUTPUTS.items():
+        path = getattr(config, name)
+        if path:
+            check_writable(_flag(name), path, folder)
+    check_ckpt_dir(config)
