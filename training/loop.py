@@ -13,7 +13,8 @@ from mindspore import nn, ops
 from tqdm import tqdm
 
 from accumulator import Accumulator, WindowAllReduce, make_window_step
-from training.checkpoints import resume, save_epoch_checkpoint
+from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
+from training.errors import TrainingError
 from training.optimizers import make_optimizer
 from training.records import epoch_line, summarize, summary_line, write_json_log, write_plot
 
@@ -134,7 +135,7 @@ def train_epoch(run, task, config, epoch, progress=True):
         else dict(num_shards=None, shard_id=None)
     windows = task.train_windows(config.batch_size, config.accumulate_step, shuffle=config.shuffle,
                                  seed=config.seed + epoch, drop_remainder=config.drop_last, **shard)
-    n = -(-task.train_samples // config.ranks)
+    n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, samples = 0.0, 0
     started = time.perf_counter()
@@ -170,6 +171,29 @@ def evaluate(run, task):
     return {"test_accuracy": correct / samples, "test_loss": loss_sum / samples}
 
 
+def _samples_per_rank(config, task):
+    # Every rank reads ceil(n / ranks) samples: shards are padded to the same length.
+    return -(-task.train_samples // config.ranks)
+
+
+def check_trainable(config, task):
+    """Raises ``TrainingError`` if an epoch would train on nothing: ``drop_last`` with a batch above a rank's samples.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> check_trainable(TrainConfig(batch_size=16, drop_last=True), toy_task(8))
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: --batch-size 16 with --drop-last leaves nothing to train: the training split has 8 samples
+    """
+    per_rank = _samples_per_rank(config, task)
+    if config.drop_last and config.batch_size > per_rank:
+        where = (f"each of the {config.ranks} ranks reads {per_rank} of the {task.train_samples} training samples"
+                 if config.distributed else f"the training split has {task.train_samples} samples")
+        raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: {where}")
+
+
 def _quiet(*_):
     pass
 
@@ -181,7 +205,10 @@ def train(config, task, progress=True):
     after every epoch and writes the checkpoint and logs the config asks
     for. Under ``distributed`` every rank trains; only rank 0 prints and
     writes files. ``run`` holds the trained network, for callers that want
-    the weights. Call ``training.context.configure_context`` first.
+    the weights. Call ``training.context.configure_context`` and
+    ``training.outputs.check_outputs`` first. A config that would train
+    nothing raises ``TrainingError`` before anything is built; with
+    ``overwrite``, the old run's checkpoints are removed only then.
 
     Example:
         >>> from training.config import TrainConfig
@@ -193,12 +220,15 @@ def train(config, task, progress=True):
         >>> summary["updates"]
         1
     """
+    check_trainable(config, task)
     say = print if config.main_rank else _quiet
     ranks = f" x {config.ranks} ranks" if config.distributed else ""
     say(f"{task.description}; batch {config.batch_size} x {config.accumulate_step}{ranks} = "
         f"effective {config.effective_batch_size}; {config.optimizer} lr {config.lr:g}; "
         f"{config.mode} mode on {config.device_target}"
         + ("; one compiled call per window" if config.window_step else ""))
+    if config.overwrite and config.main_rank:
+        clear_checkpoints(config.ckpt_dir)
     run = build_run(config, task)
     done, history = resume(run, config, say) if config.resume else (0, [])
     for epoch in range(done + 1, config.epochs + 1):
