@@ -7,6 +7,7 @@ must repeat, and the history of per-epoch records.
 import json
 import os
 import re
+import shlex
 import sys
 
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
@@ -90,6 +91,39 @@ def clear_checkpoints(ckpt_dir):
     """
     for path in find_checkpoints(ckpt_dir):
         os.remove(path)
+
+
+def resume_hint(config, command, since):
+    """What an interrupted run can resume from, as the end of a line for its user.
+
+    ``command`` is the run's command line as a list: interpreter, script,
+    arguments. ``since`` is the ``time.time()`` at which the run started:
+    without ``resume``, only checkpoints written since then are this run's
+    (those of a run that ``overwrite`` was replacing may still be there).
+    The command to resume is ``command`` with ``--resume`` (and without
+    ``--overwrite``), shell-quoted; under ``distributed``, as msrun's script.
+
+    Example:
+        >>> import tempfile, time
+        >>> from training.config import TrainConfig
+        >>> folder = tempfile.mkdtemp()
+        >>> config = TrainConfig(ckpt_dir=folder, overwrite=True)
+        >>> resume_hint(config, ["python", "train.py", "--ckpt-dir", folder, "--overwrite"], since=time.time())
+        'no checkpoint was written yet: nothing to resume'
+        >>> open(checkpoint_path(folder, 1), "w").close()
+        >>> print(resume_hint(config, ["python", "train.py", "--ckpt-dir", "my runs", "--overwrite"], since=0))
+        epoch 1 is saved in .../epoch_001.ckpt; resume with: python train.py --ckpt-dir 'my runs' --resume
+    """
+    if not config.ckpt_dir:
+        return "nothing was saved (no --ckpt-dir)"
+    saved = [path for path in find_checkpoints(config.ckpt_dir) if config.resume or os.path.getmtime(path) >= since]
+    if not saved:
+        return "no checkpoint was written yet: nothing to resume"
+    words = [word for word in command if word != "--overwrite"] + ([] if config.resume else ["--resume"])
+    # msrun starts the interpreter itself: it takes the script and its arguments.
+    resume_with = "msrun <its options> " + shlex.join(words[1:]) if config.distributed else shlex.join(words)
+    epoch = int(CHECKPOINT_NAME.match(os.path.basename(saved[0])).group(1))
+    return f"epoch {epoch} is saved in {saved[0]}; resume with: {resume_with}"
 
 
 def save_epoch_checkpoint(run, config, epoch, history):
