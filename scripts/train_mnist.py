@@ -11,6 +11,7 @@ Examples:
     python scripts/train_mnist.py --synthetic --epochs 2 # offline, learnable look-alike
     python scripts/train_mnist.py --ckpt-dir runs/a --epochs 10
     python scripts/train_mnist.py --ckpt-dir runs/a --epochs 10 --resume
+    python scripts/train_mnist.py --ckpt-dir runs/a --epochs 10 --overwrite   # start runs/a again
 
 From Python (the tests import it as ``scripts.train_mnist``):
     >>> summary = main(["--synthetic", "--epochs", "1"])
@@ -20,10 +21,19 @@ From Python (the tests import it as ``scripts.train_mnist``):
 import argparse
 import contextlib
 import os
+import signal
 import sys
+import time
 
 # Run from the checkout: sys.path[0] is scripts/, and training/, models/ and data/ may not be installed.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from training.interrupts import Interrupted, hold_signals, signals_raise_interrupted  # noqa: E402
+
+if __name__ == "__main__":
+    # Before numpy and MindSpore start threads, so that every thread holds
+    # SIGINT and SIGTERM for main(), which receives them (training.interrupts).
+    hold_signals()
 
 from data.idx import MnistFormatError  # noqa: E402
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError  # noqa: E402
@@ -31,9 +41,11 @@ from training.arguments import device_target, non_negative_int, one_of, positive
 from training.config import DEVICES, MODES, TrainConfig  # noqa: E402
 from training.context import configure_context  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
+from training.checkpoints import resume_hint  # noqa: E402
 from training.loop import train  # noqa: E402
 from training.mnist import SYNTHETIC_SIZES, mnist_task, prepare_mnist  # noqa: E402
 from training.optimizers import MOMENTUM  # noqa: E402
+from training.outputs import check_outputs  # noqa: E402
 
 # The optimizers this tool offers (training.optimizers has adamw too).
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -50,9 +62,14 @@ def build_parser():
     """
     parser = argparse.ArgumentParser(
         prog="train_mnist.py",
+        # Exact flags only: the command printed to resume a run must mean what it says, and an
+        # abbreviation that is unique today (--o for --optimizer) stops being so when a flag is added.
+        allow_abbrev=False,
         description="Train the MNIST dense network with gradient accumulation and report test accuracy. "
                     "Each optimizer update averages the gradient over batch-size x accumulate-step samples.",
-        epilog="Exit status: 0 on success, 1 when data, device or checkpoints fail, 2 for bad flags.")
+        epilog="Exit status: 0 on success, 1 when data, device, output paths or checkpoints fail, 2 for bad "
+               "flags, 130 after Ctrl-C and 143 after SIGTERM (the last checkpoint stays whole; the message "
+               "says how to resume).")
     run = parser.add_argument_group("run")
     run.add_argument("--device-target", type=device_target, default="CPU", metavar="{" + ",".join(DEVICES) + "}",
                      help="device MindSpore runs on (default %(default)s)")
@@ -101,10 +118,14 @@ def build_parser():
     output = parser.add_argument_group("checkpoints and logs")
     output.add_argument("--ckpt-dir", default=None, metavar="DIR",
                         help="save network, optimizer and accumulator state after every epoch as "
-                             "DIR/epoch_NNN.ckpt (default: no checkpoints)")
+                             "DIR/epoch_NNN.ckpt (default: no checkpoints); a DIR holding another run's "
+                             "checkpoints needs --resume or --overwrite")
     output.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --ckpt-dir with its next epoch, "
-                             "exactly as if never stopped (starts afresh if there is none)")
+                             "exactly as if never stopped (an error if there is none)")
+    output.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a --ckpt-dir that holds another run's checkpoints: they are "
+                             "removed once the data is checked and training starts")
     output.add_argument("--log-json", metavar="PATH", default=None,
                         help="write per-epoch records and the summary as JSON, updated after every epoch")
     output.add_argument("--plot", metavar="PATH", default=None,
@@ -122,8 +143,12 @@ def parse_args(argv=None):
     """
     parser = build_parser()
     flags = vars(parser.parse_args(argv))
-    if flags["resume"] and not flags["ckpt_dir"]:
-        parser.error("--resume needs --ckpt-dir")
+    for flag in ("resume", "overwrite"):
+        if flags[flag] and not flags["ckpt_dir"]:
+            parser.error(f"--{flag} needs --ckpt-dir")
+    if flags["resume"] and flags["overwrite"]:
+        parser.error("--resume and --overwrite exclude each other: --resume continues the run in --ckpt-dir, "
+                     "--overwrite replaces it")
     if flags["plot"]:
         try:
             import matplotlib  # noqa: F401  (checked here, so a long run does not fail at its end)
@@ -140,25 +165,32 @@ def main(argv=None):
     """Command-line entry point; returns the summary dict.
 
     Failures the user can fix (no network, bad files, missing device,
-    unusable checkpoints) print a short message to stderr and exit 1.
+    unwritable outputs, unusable checkpoints) print a short message to
+    stderr and exit 1, before any training. Ctrl-C or SIGTERM ends the run
+    with 130 or 143 and a line saying how to resume; the temporary
+    ``--synthetic`` folder is removed and the last checkpoint stays whole.
 
     Example:
         >>> main(["--synthetic", "--epochs", "2", "--log-json", "run.json"])["best_accuracy"] > 0.9
         True
     """
+    started = time.time()
     config, data_flags = parse_args(argv)
+    command = [sys.executable, *(sys.argv if argv is None else [__file__, *argv])]
     try:
-        config = configure_context(config)  # before the data: a missing device should not wait for a download
         with contextlib.ExitStack() as stack:
+            stack.enter_context(signals_raise_interrupted())  # entered first, so it is left last
+            check_outputs(config)
+            config = configure_context(config)  # before the data: a missing device should not wait for a download
             data_dir = prepare_mnist(data_flags["data_dir"], data_flags["synthetic"], data_flags["mnist_url"], stack)
             summary, _ = train(config, mnist_task(data_dir))
     except (MnistUnavailableError, MnistFormatError, TrainingError) as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
-    except KeyboardInterrupt:
-        hint = " (resume with --resume)" if config.ckpt_dir else ""
-        print(f"interrupted{hint}", file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as error:
+        interrupted = error if isinstance(error, Interrupted) else Interrupted(signal.SIGINT)
+        print(f"interrupted by {interrupted.name}; {resume_hint(config, command, started)}", file=sys.stderr)
+        raise SystemExit(interrupted.exit_status) from None
     return summary
 
 
