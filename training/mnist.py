@@ -9,14 +9,29 @@ import os
 import tempfile
 
 import data.mnist  # read MNIST_URL at call time, so tests can patch it
-from data.idx import MnistFormatError, validate_mnist_dir, write_synthetic_mnist
+from accumulator import write_atomically
+from data.idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, write_synthetic_mnist
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, mnist_dataset, mnist_windows
 from models.mnist import MnistDenseNet, mnist_loss
+from training.errors import TrainingError
 from training.task import Task
 
 # A tenth of MNIST: enough updates at the default settings to pass 95% in two epochs.
 SYNTHETIC_SIZES = {"train": 6000, "test": 1000}
 SYNTHETIC_DATA_SEED = 0
+# Written into a folder before --synthetic fills it, so that every later run can tell the
+# look-alike from MNIST, even in a folder whose writing was cut short.
+SYNTHETIC_MARKER = "SYNTHETIC_NOT_MNIST.txt"
+
+
+def is_synthetic(data_dir):
+    """True if ``data_dir`` holds the look-alike written by ``--synthetic`` (it has ``SYNTHETIC_MARKER``).
+
+    Example:
+        >>> is_synthetic(DEFAULT_DATA_DIR)
+        False
+    """
+    return os.path.isfile(os.path.join(data_dir, SYNTHETIC_MARKER))
 
 
 def mnist_task(data_dir):
@@ -36,7 +51,8 @@ def mnist_task(data_dir):
     sizes = validate_mnist_dir(data_dir)
     test_dir = os.path.join(data_dir, "test")
     return Task(
-        description=f"MNIST from {data_dir}: {sizes['train']} train / {sizes['test']} test samples",
+        description=f"{'synthetic MNIST look-alike' if is_synthetic(data_dir) else 'MNIST'} from {data_dir}: "
+                    f"{sizes['train']} train / {sizes['test']} test samples",
         train_samples=sizes["train"],
         make_net=MnistDenseNet,
         make_loss=functools.partial(mnist_loss, "sum"),
@@ -56,6 +72,9 @@ def _local_problem(data_dir):
 
 
 def _downloaded(data_dir, url):
+    if is_synthetic(data_dir):
+        raise TrainingError(f"{data_dir} holds the synthetic look-alike that --synthetic wrote, not MNIST "
+                            f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
     local_problem = _local_problem(data_dir)
     try:
         return ensure_mnist(data_dir, url=url or data.mnist.MNIST_URL)
@@ -67,16 +86,38 @@ def _downloaded(data_dir, url):
         raise
 
 
+def _mnist_files(folder):
+    """The MNIST-named files in ``folder``, in its split folders or loose."""
+    places = [os.path.join(folder, split, name) for split, names in SPLIT_FILES.items() for name in names]
+    places += [os.path.join(folder, name) for names in SPLIT_FILES.values() for name in names]
+    return [path for path in places if os.path.exists(path)]
+
+
+def _write_marker(folder):
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("This folder holds a synthetic MNIST look-alike written by scripts/train_mnist.py --synthetic "
+                    f"(seed {SYNTHETIC_DATA_SEED}); it is not MNIST. Runs without --synthetic refuse it.\n")
+
+    write_atomically(os.path.join(folder, SYNTHETIC_MARKER), write)
+
+
 def _synthetic(folder):
+    refusal = f"--synthetic will not write into --data-dir {folder}"
+    if os.path.realpath(folder) == os.path.realpath(DEFAULT_DATA_DIR):
+        raise TrainingError(f"{refusal}: real MNIST is downloaded there; choose another folder, or leave out "
+                            "--data-dir for a temporary one")
+    if not is_synthetic(folder):
+        found = _mnist_files(folder)
+        if found:
+            raise TrainingError(f"{refusal}: it holds MNIST files that --synthetic did not write ({found[0]}); "
+                                "choose another folder")
+        _write_marker(folder)
     try:
-        found = validate_mnist_dir(folder)
+        if validate_mnist_dir(folder) == SYNTHETIC_SIZES:
+            return folder  # written by an earlier synthetic run: the same seed wrote the same bytes
     except MnistFormatError:
-        found = None
-    if found == SYNTHETIC_SIZES:
-        return folder  # written by an earlier synthetic run: the same seed wrote the same bytes
-    if found is not None:
-        raise MnistFormatError(f"{folder} already holds an MNIST set ({found['train']} train / {found['test']} "
-                               "test samples); --synthetic will not overwrite it: choose another --data-dir")
+        pass  # cut short or damaged, and marked: ours to write again
     write_synthetic_mnist(folder, n_train=SYNTHETIC_SIZES["train"], n_test=SYNTHETIC_SIZES["test"],
                           seed=SYNTHETIC_DATA_SEED)
     return folder
@@ -87,18 +128,20 @@ def prepare_mnist(data_dir, synthetic, url, stack):
 
     Real MNIST (``synthetic`` False) is used from ``data_dir`` (default
     ``DEFAULT_DATA_DIR``) or downloaded from ``url`` (default
-    ``data.mnist.MNIST_URL``). A synthetic set (``SYNTHETIC_SIZES``) is
-    written into ``data_dir``, or into a temporary folder that ``stack`` (a
-    ``contextlib.ExitStack``) removes, and never over another data set.
-    Raises ``MnistUnavailableError`` or ``MnistFormatError`` with a message
-    meant for the user.
+    ``data.mnist.MNIST_URL``), unless ``data_dir`` holds the synthetic
+    look-alike. A synthetic set (``SYNTHETIC_SIZES``) is written into
+    ``data_dir``, marked with ``SYNTHETIC_MARKER``, or into a temporary
+    folder that ``stack`` (a ``contextlib.ExitStack``) removes; never into
+    ``DEFAULT_DATA_DIR`` nor beside MNIST files it did not write. Raises
+    ``MnistUnavailableError``, ``MnistFormatError`` or ``TrainingError``
+    with a message meant for the user.
 
     Example:
         >>> import contextlib
         >>> with contextlib.ExitStack() as stack:
         ...     folder = prepare_mnist(None, synthetic=True, url=None, stack=stack)
         ...     sorted(os.listdir(folder))
-        ['test', 'train']
+        ['SYNTHETIC_NOT_MNIST.txt', 'test', 'train']
         >>> os.path.exists(folder)
         False
     """
