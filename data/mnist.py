@@ -11,7 +11,7 @@ from download import download
 from mindspore.dataset import transforms, vision
 
 from accumulator.checks import boolean, positive_int
-from .idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, validate_split
+from .idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir, validate_split
 
 MNIST_URL = "https://mindspore-website.obs.cn-north-4.myhuaweicloud.com/notebook/datasets/MNIST_Data.zip"
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "MNIST_Data")
@@ -132,6 +132,23 @@ def _split_size(split_dir):
     return sum(validate_split(split_dir, split) for split in present)
 
 
+def _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id):
+    """Checks how a split is to be read; returns ``batch_size`` and ``num_shards`` as ints."""
+    batch_size = positive_int(batch_size, "batch_size")
+    boolean(shuffle, "shuffle")
+    boolean(drop_remainder, "drop_remainder")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
+        raise ValueError(f"seed must be None or a non-negative int, got {seed!r}")
+    if (num_shards is None) != (shard_id is None):
+        raise ValueError(f"num_shards and shard_id go together, got num_shards={num_shards!r}, shard_id={shard_id!r}")
+    if num_shards is not None:
+        num_shards = positive_int(num_shards, "num_shards")
+        if isinstance(shard_id, bool) or not isinstance(shard_id, numbers.Integral) \
+                or not 0 <= shard_id < num_shards:
+            raise ValueError(f"shard_id must be an int in [0, {num_shards}), got {shard_id!r}")
+    return batch_size, num_shards
+
+
 def _sample_order(n, shuffle, seed, num_shards, shard_id):
     order = np.random.default_rng(seed).permutation(n) if shuffle else np.arange(n)
     if num_shards is None:
@@ -166,18 +183,7 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
         >>> for images, labels in train.create_tuple_iterator():
         ...     pass
     """
-    batch_size = positive_int(batch_size, "batch_size")
-    boolean(shuffle, "shuffle")
-    boolean(drop_remainder, "drop_remainder")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-        raise ValueError(f"seed must be None or a non-negative int, got {seed!r}")
-    if (num_shards is None) != (shard_id is None):
-        raise ValueError(f"num_shards and shard_id go together, got num_shards={num_shards!r}, shard_id={shard_id!r}")
-    if num_shards is not None:
-        num_shards = positive_int(num_shards, "num_shards")
-        if isinstance(shard_id, bool) or not isinstance(shard_id, numbers.Integral) \
-                or not 0 <= shard_id < num_shards:
-            raise ValueError(f"shard_id must be an int in [0, {num_shards}), got {shard_id!r}")
+    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     n = _split_size(split_dir)
 
     # Our own sampler instead of MnistDataset's shuffle/num_shards: MindSpore
@@ -192,9 +198,81 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
     return dataset.batch(batch_size, drop_remainder=drop_remainder)
 
 
-def _windows(dataset, accumulate_step):
+def load_mnist_split(split_dir):
+    """One split folder decoded and normalised once, into memory: ``(images, labels)`` numpy arrays.
+
+    ``images`` float32 ``[n, 1, 28, 28]``, equal bit for bit to what
+    :func:`mnist_dataset` yields (``x * (1/255)``, then ``(x - 0.1307) /
+    0.3081`` in float32, as its ``Rescale`` and ``Normalize`` compute);
+    ``labels`` int32 ``[n]``. Samples come in the order ``MnistDataset``
+    reads them (the ``t10k`` pair before the ``train`` pair when a folder
+    holds both). Both arrays are read-only. Real MNIST's train split takes
+    188 MB as float32, its test split 31 MB: the price of an epoch that
+    reads memory instead of running MindSpore's dataset engine against the
+    training step for the same two cores (``scripts/benchmark.py --end-to-end``).
+
+    Example:
+        >>> import tempfile
+        >>> from data.idx import write_synthetic_mnist
+        >>> folder = tempfile.mkdtemp()
+        >>> write_synthetic_mnist(folder, n_train=64, n_test=32)
+        {'train': 64, 'test': 32}
+        >>> images, labels = load_mnist_split(os.path.join(folder, "test"))
+        >>> images.shape, images.dtype, labels.shape, labels.dtype
+        ((32, 1, 28, 28), dtype('float32'), (32,), dtype('int32'))
+    """
+    _split_size(split_dir)  # checks every file before reading any
+    present = [SPLIT_FILES[split] for split in ("test", "train")
+               if os.path.exists(os.path.join(split_dir, SPLIT_FILES[split][0]))]
+    raw = np.concatenate([read_idx(os.path.join(split_dir, images)) for images, _ in present])
+    labels = np.concatenate([read_idx(os.path.join(split_dir, labels)) for _, labels in present]).astype(np.int32)
+    images = raw.reshape(len(raw), 1, *raw.shape[1:]).astype(np.float32)
+    # In place, in the order and precision of vision.Rescale then vision.Normalize.
+    images *= np.float32(1.0 / 255.0)
+    images -= np.float32(MNIST_MEAN)
+    images /= np.float32(MNIST_STD)
+    images.flags.writeable = labels.flags.writeable = False
+    return images, labels
+
+
+def _tensor_batches(images, labels, order, batch_size):
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        # from_numpy shares the fresh gathered copy instead of copying it again.
+        yield ms.Tensor.from_numpy(images[chosen]), ms.Tensor.from_numpy(labels[chosen])
+
+
+def mnist_batches(arrays, batch_size, shuffle=False, seed=None, drop_remainder=False, num_shards=None,
+                  shard_id=None):
+    """One pass over MNIST held in memory, as ``(images, labels)`` Tensor pairs.
+
+    ``arrays`` comes from :func:`load_mnist_split`. The batches are those
+    of :func:`mnist_dataset` over the same folder with the same arguments,
+    value for value and in the same order (the same seeded sample order,
+    the same shards, the same short last batch), without its dataset
+    engine: a batch is one numpy gather. Arguments are checked at the
+    call, not at the first batch.
+
+    Example:
+        >>> import tempfile
+        >>> from data.idx import write_synthetic_mnist
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = write_synthetic_mnist(folder, n_train=64, n_test=40)
+        >>> test = load_mnist_split(os.path.join(folder, "test"))
+        >>> [labels.shape[0] for _, labels in mnist_batches(test, 16, shuffle=True, seed=3)]
+        [16, 16, 8]
+    """
+    images, labels = arrays
+    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    order = _sample_order(len(labels), shuffle, seed, num_shards, shard_id)
+    if drop_remainder:
+        order = order[:len(order) - len(order) % batch_size]
+    return _tensor_batches(images, labels, order, batch_size)
+
+
+def _windows(batches, accumulate_step):
     window = []
-    for images, labels in dataset.create_tuple_iterator(num_epochs=1):
+    for images, labels in batches:
         window.append((images, labels))
         if len(window) == accumulate_step:
             yield window
@@ -203,23 +281,35 @@ def _windows(dataset, accumulate_step):
         yield window
 
 
-def mnist_windows(split_dir, batch_size, accumulate_step, shuffle=False, seed=None, drop_remainder=False,
+def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None, drop_remainder=False,
                   num_shards=None, shard_id=None):
     """One epoch of MNIST as accumulation windows.
 
-    Each window is a list of ``(images, labels)`` Tensor pairs, one per
-    micro-batch, ``accumulate_step`` long except possibly the last one of
-    the epoch, which is yielded, not dropped. A list rather than a stacked
-    array, because the epoch's last micro-batch may be smaller than
-    ``batch_size``. Other arguments are those of :func:`mnist_dataset`;
-    they are checked at the call, not at the first window.
+    ``source`` is a split folder (read now) or the ``(images, labels)`` of
+    :func:`load_mnist_split` (read once, reused every epoch). Each window
+    is a list of ``(images, labels)`` Tensor pairs, one per micro-batch,
+    ``accumulate_step`` long except possibly the last one of the epoch,
+    which is yielded, not dropped. A list rather than a stacked array,
+    because the epoch's last micro-batch may be smaller than
+    ``batch_size``. The micro-batches are those of :func:`mnist_batches`
+    (and of :func:`mnist_dataset`) with the same arguments; they are
+    checked at the call, not at the first window.
 
     Example:
-        >>> for window in mnist_windows("MNIST_Data/train", 32, accumulate_step=4, shuffle=True, seed=epoch):
-        ...     for images, labels in window:
-        ...         pass  # one micro-step each, then one update per window
+        >>> import tempfile
+        >>> from data.idx import write_synthetic_mnist
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = write_synthetic_mnist(folder, n_train=100, n_test=10)
+        >>> train = load_mnist_split(os.path.join(folder, "train"))
+        >>> for epoch in (1, 2):
+        ...     windows = mnist_windows(train, 16, accumulate_step=4, shuffle=True, seed=epoch)
+        ...     print([[labels.shape[0] for _, labels in window] for window in windows])
+        [[16, 16, 16, 16], [16, 16, 4]]
+        [[16, 16, 16, 16], [16, 16, 4]]
     """
     accumulate_step = positive_int(accumulate_step, "accumulate_step")
-    dataset = mnist_dataset(split_dir, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
+    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    arrays = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
+    batches = mnist_batches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
                             num_shards=num_shards, shard_id=shard_id)
-    return _windows(dataset, accumulate_step)
+    return _windows(batches, accumulate_step)

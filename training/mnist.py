@@ -11,7 +11,8 @@ import tempfile
 import data.mnist  # read MNIST_URL at call time, so tests can patch it
 from accumulator import write_atomically
 from data.idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, write_synthetic_mnist
-from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, mnist_dataset, mnist_windows
+from data.mnist import (DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, load_mnist_split,
+                        mnist_batches, mnist_windows)
 from models.mnist import MnistDenseNet, mnist_loss
 from training.errors import TrainingError
 from training.task import Task
@@ -38,7 +39,8 @@ def mnist_task(data_dir):
     """MNIST in ``data_dir`` (``train/`` and ``test/``) for the dense network of the quick-start.
 
     The files are checked now (``MnistFormatError`` names a bad one), not
-    at the first batch.
+    at the first batch, and decoded into memory once (``data.mnist.load_mnist_split``):
+    every epoch then reads numpy arrays, leaving both cores to the training step.
 
     Example:
         >>> import tempfile
@@ -49,15 +51,16 @@ def mnist_task(data_dir):
         True
     """
     sizes = validate_mnist_dir(data_dir)
-    test_dir = os.path.join(data_dir, "test")
+    train = load_mnist_split(os.path.join(data_dir, "train"))
+    test = load_mnist_split(os.path.join(data_dir, "test"))
     return Task(
         description=f"{'synthetic MNIST look-alike' if is_synthetic(data_dir) else 'MNIST'} from {data_dir}: "
                     f"{sizes['train']} train / {sizes['test']} test samples",
         train_samples=sizes["train"],
         make_net=MnistDenseNet,
         make_loss=functools.partial(mnist_loss, "sum"),
-        train_windows=functools.partial(mnist_windows, os.path.join(data_dir, "train")),
-        test_batches=lambda batch_size: mnist_dataset(test_dir, batch_size).create_tuple_iterator(num_epochs=1),
+        train_windows=functools.partial(mnist_windows, train),
+        test_batches=functools.partial(mnist_batches, test),
     )
 
 
