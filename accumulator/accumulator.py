@@ -1,10 +1,19 @@
 """The gradient accumulator: sum micro-batch gradients, update once per window."""
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore.common.initializer import initializer
 
+from accumulator.checks import non_negative_int
 from accumulator.schedule import as_schedule
 
 REDUCTIONS = ("mean", "sum")
+SKIP_POLICIES = (True, False, "micro_batch")
+# Gradients summed in float16 or bfloat16 stall: 2048 + 1 is 2048 in float16.
+LOW_PRECISION = (ms.float16, ms.bfloat16)
+FLOAT_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+# The running mean of window norms that spike_factor compares against: an
+# exponential average over roughly the last ten windows, bias-corrected.
+NORM_DECAY = 0.9
 
 _hyper_map = ops.HyperMap()
 _TRUE = Tensor(True, ms.bool_)
@@ -14,7 +23,17 @@ _FALSE = Tensor(False, ms.bool_)
 # Helpers live at module level: a lambda written inside an in-graph `if`
 # branch does not compile in MindSpore 2.10 ("have return node!").
 def _add_into(buffer, grad):
-    return ops.assign_add(buffer, grad)
+    return ops.assign_add(buffer, grad.astype(buffer.dtype))
+
+
+def _add_if(keep, buffer, grad):
+    # where, not a branch: the window step calls this inside its while loop,
+    # and MindSpore 2.10 leaks memory on control flow nested in control flow.
+    return ops.assign_add(buffer, ops.where(keep, grad.astype(buffer.dtype), ops.zeros_like(buffer)))
+
+
+def _cast_like(param, buffer):
+    return buffer.astype(param.dtype)
 
 
 def _clear(buffer):
@@ -50,10 +69,22 @@ def _squared_sum(by_matmul, grad):
     return _sum(by_matmul, grad * grad)
 
 
-def _all_finite_by_matmul(grads):
+def _all_finite(by_matmul, grads):
+    if not by_matmul:
+        return ms.amp.all_finite(grads)
     # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite
     # gradients only overflows beyond 3e38.
     return ops.isfinite(ops.addn(_hyper_map(ops.partial(_sum, True), grads)))
+
+
+def _buffer(param, dtype):
+    return Parameter(initializer("zeros", param.shape, dtype), name=f"accumulator.{param.name}", requires_grad=False)
+
+
+def _sum_dtype(param_dtype, accumulate_dtype):
+    if accumulate_dtype is not None:
+        return accumulate_dtype
+    return ms.float32 if param_dtype in LOW_PRECISION else param_dtype
 
 
 def _state_parameter(value, dtype, name):
@@ -84,15 +115,30 @@ class Accumulator:
             window, just before the optimizer; ``None`` disables clipping.
             On CPU the norm doubles as the non-finite check, so a window whose
             norm overflows float32 (beyond about 1e19) is skipped as non-finite.
-        skip_nonfinite: when the window's gradient holds NaN or Inf, skip
-            the optimizer, clear the window and count it in
-            ``skipped_windows``. Always on with a ``loss_scaler``.
+        skip_nonfinite: ``True``: when the window's gradient holds NaN or
+            Inf, skip the optimizer, clear the window and count it in
+            ``skipped_windows`` (always on with a ``loss_scaler``).
+            ``"micro_batch"``: also leave out of the sum any micro-batch whose
+            gradient holds NaN or Inf, counted in ``dropped_micro_batches``;
+            the window still applies at its usual boundary, normalised by the
+            micro-batches (or counts) it kept, and is skipped only when it
+            kept none. Costs a check per micro-step. ``False``: no checks.
         loss_scaler: a ``mindspore.amp`` loss scaler whose ``scale`` you
             applied to the loss. The window's gradient is unscaled once, and
             the scaler adjusts once per window.
         grad_reducer: a callable run on the window's gradients (with the
             window's weight as the last item) once per window, before
             normalising; see ``accumulator.distributed``.
+        accumulate_dtype: the dtype of the gradient sums. ``None`` (the
+            default) sums float16 and bfloat16 parameters' gradients in
+            float32 and every other parameter's in its own dtype; a
+            floating dtype sums every gradient in it. The window is cast to
+            each parameter's dtype once, just before the optimizer.
+        spike_factor: skip a window (count it in ``skipped_windows``) whose
+            gradient norm, before clipping, exceeds ``spike_factor`` times the
+            running mean of recent applied windows' norms; the spike does not
+            enter the mean. ``None`` disables it.
+        spike_warmup: windows applied before ``spike_factor`` acts.
 
     Attributes:
         grad_buffers: one zero-initialised buffer per optimizer parameter,
@@ -103,7 +149,13 @@ class Accumulator:
         weight_total: float32 Parameter, the mean's divisor: the window's
             micro-steps, or the sum of their counts.
         update_count: int32 Parameter, windows the optimizer has applied.
-        skipped_windows: int32 Parameter, windows dropped as non-finite.
+        skipped_windows: int32 Parameter, windows dropped as non-finite (or
+            as spikes).
+        dropped_micro_batches: int32 Parameter, micro-batches left out as
+            non-finite; only with ``skip_nonfinite="micro_batch"``.
+        norm_average, norm_windows: float32 and int32 Parameters, the
+            exponential average of applied windows' norms and how many it
+            holds; only with ``spike_factor``.
         schedule: where the next window's N comes from (``fixed_step`` is
             its N when it never changes).
         sum_by_matmul: take the finiteness check and the clip norm as MatMul
@@ -140,7 +192,8 @@ class Accumulator:
     """
 
     def __init__(self, optimizer, accumulate_step=1, reduction="mean", clip_norm=None,
-                 skip_nonfinite=True, loss_scaler=None, grad_reducer=None):
+                 skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
+                 spike_factor=None, spike_warmup=10):
         if not isinstance(optimizer, nn.Optimizer):
             raise TypeError(f"optimizer must be a mindspore.nn.Optimizer, got {type(optimizer).__name__}")
         self.schedule = as_schedule(accumulate_step)
@@ -149,12 +202,19 @@ class Accumulator:
         if clip_norm is not None and (isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float))
                                       or not clip_norm > 0):
             raise ValueError(f"clip_norm must be a positive number or None, got {clip_norm!r}")
-        if not isinstance(skip_nonfinite, bool):
-            raise TypeError(f"skip_nonfinite must be a bool, got {skip_nonfinite!r}")
+        if not (isinstance(skip_nonfinite, bool) or skip_nonfinite == "micro_batch"):
+            raise TypeError(f"skip_nonfinite must be True, False or 'micro_batch', got {skip_nonfinite!r}")
         if loss_scaler is not None and not isinstance(loss_scaler, ms.amp.LossScaler):
             raise TypeError(f"loss_scaler must be a mindspore.amp.LossScaler, got {type(loss_scaler).__name__}")
         if grad_reducer is not None and not callable(grad_reducer):
             raise TypeError(f"grad_reducer must be callable, got {grad_reducer!r}")
+        if accumulate_dtype is not None and accumulate_dtype not in FLOAT_DTYPES:
+            raise ValueError(f"accumulate_dtype must be None or one of {[str(d) for d in FLOAT_DTYPES]}, "
+                             f"got {accumulate_dtype!r}")
+        if spike_factor is not None and (isinstance(spike_factor, bool) or not isinstance(spike_factor, (int, float))
+                                         or not 1 < spike_factor < float("inf")):
+            raise ValueError(f"spike_factor must be a number above 1 or None, got {spike_factor!r}")
+        spike_warmup = non_negative_int(spike_warmup, "spike_warmup")
 
         self.optimizer = optimizer
         self.reduction = reduction
@@ -163,6 +223,8 @@ class Accumulator:
         self.skip_nonfinite = skip_nonfinite or loss_scaler is not None
         self.loss_scaler = loss_scaler
         self.grad_reducer = grad_reducer
+        self.spike_factor = None if spike_factor is None else float(spike_factor)
+        self.spike_warmup = spike_warmup
         # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
         # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
         # float16, where a sum of squares overflows.
@@ -170,12 +232,22 @@ class Accumulator:
         self._param_shapes = tuple(list(p.shape) for p in optimizer.parameters)
         # One buffer per parameter and nothing else of that size: the window is
         # cleared by assigning zeros, so no second "zeros" clone is kept.
-        self.grad_buffers = optimizer.parameters.clone(prefix="accumulator", init="zeros")
+        self.grad_buffers = ParameterTuple(_buffer(p, _sum_dtype(p.dtype, accumulate_dtype))
+                                           for p in optimizer.parameters)
+        self._casts = any(b.dtype != p.dtype for b, p in zip(self.grad_buffers, optimizer.parameters))
         self.accumulate_step = _state_parameter(self.schedule.first_step, ms.int32, "accumulate_step")
         self.micro_step = _state_parameter(0, ms.int32, "micro_step")
         self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = _state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
+        self._optional_state = []
+        if skip_nonfinite == "micro_batch":
+            self.dropped_micro_batches = _state_parameter(0, ms.int32, "dropped_micro_batches")
+            self._optional_state.append(self.dropped_micro_batches)
+        if spike_factor is not None:
+            self.norm_average = _state_parameter(0.0, ms.float32, "norm_average")
+            self.norm_windows = _state_parameter(0, ms.int32, "norm_windows")
+            self._optional_state += [self.norm_average, self.norm_windows]
         # Set and cleared within one call (see _apply), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self.members = []
@@ -233,7 +305,7 @@ class Accumulator:
              'accumulator.update_count', 'accumulator.skipped_windows']
         """
         own = list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
-                                         self.update_count, self.skipped_windows]
+                                         self.update_count, self.skipped_windows] + self._optional_state
         return own + [p for member in self.members for p in member.state_parameters()]
 
     def __call__(self, grads, count=None, flush=False):
@@ -273,8 +345,13 @@ class Accumulator:
             (True, 0)
         """
         self._check_weight(count)
-        self.add(grads)
-        return self.count(ops.ones((), ms.int32), count)
+        kept = self.add(grads)
+        one = ops.ones((), ms.int32)
+        if self.skip_nonfinite != "micro_batch":
+            return self.count(one, count)
+        kept = kept.astype(ms.int32)
+        weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
+        return self.count(one, weight, kept)
 
     def add(self, grads):
         """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
@@ -282,7 +359,9 @@ class Accumulator:
         A loop over many micro-batches in one graph (``make_window_step``)
         adds each and counts once after the loop: two scalar kernels per
         micro-batch cost about 0.1 ms. Checks that ``grads`` match the
-        optimizer's parameters.
+        optimizer's parameters. Returns a bool Tensor, True when the
+        gradients were added: with ``skip_nonfinite="micro_batch"`` a
+        micro-batch holding NaN or Inf is left out (tell ``count``).
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -296,14 +375,21 @@ class Accumulator:
             array([3.], dtype=float32)
         """
         self._check_grads(grads)
-        return _hyper_map(_add_into, self.grad_buffers, grads)
+        if self.skip_nonfinite != "micro_batch":
+            _hyper_map(_add_into, self.grad_buffers, grads)
+            return _TRUE
+        kept = _all_finite(self.sum_by_matmul, grads)
+        _hyper_map(ops.partial(_add_if, kept), self.grad_buffers, grads)
+        return kept
 
-    def count(self, micro_steps, weight=None):
+    def count(self, micro_steps, weight=None, kept=None):
         """Counts ``micro_steps`` added micro-batches; returns the position in the window.
 
         ``weight`` is their summed ``count`` (samples or tokens) when the
-        gradients come from a summed loss; ``None`` weighs each micro-step 1.
-        Only ``reduction="mean"`` takes a weight.
+        gradients come from a summed loss; ``None`` weighs each kept
+        micro-step 1. Only ``reduction="mean"`` takes a weight. ``kept``:
+        how many of them ``add`` kept (all when ``None``); the others count
+        in ``dropped_micro_batches``.
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
@@ -313,8 +399,10 @@ class Accumulator:
             50.0
         """
         self._check_weight(weight)
+        if kept is not None:
+            ops.assign_add(self.dropped_micro_batches, micro_steps - kept)
         if weight is None:
-            weight = micro_steps
+            weight = micro_steps if kept is None else kept
         ops.assign_add(self.weight_total, ops.cast(weight, ms.float32))
         return ops.assign_add(self.micro_step, micro_steps)
 
@@ -358,38 +446,60 @@ class Accumulator:
             grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
         factor = self._normalising_factor(total)
         norm = None
-        if self.clip_norm is not None:
+        if self.clip_norm is not None or self.spike_factor is not None:
             # The norm of the summed window, scaled as the update will be; any
             # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
             norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads)))
             if factor is not None:
                 norm = norm * factor
+        if self.clip_norm is not None:
             clip = self.clip_norm / ops.maximum(norm, self.clip_norm)
             factor = clip if factor is None else factor * clip
         # Unscaling, the mean and clipping share one multiply per window.
         if factor is not None:
             grads = _hyper_map(ops.partial(_scale, factor), grads)
         finite = self._finite(grads, norm)
+        if self.skip_nonfinite == "micro_batch":
+            # A window that kept no micro-batch has nothing to apply.
+            finite = ops.logical_and(finite, total > 0)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
-        if self.skip_nonfinite:
+        applied = finite
+        if self.spike_factor is not None:
+            applied = self._not_a_spike(finite, norm)
+        if self.skip_nonfinite or self.spike_factor is not None:
             # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
-            _hyper_map(ops.partial(_assign_if, finite), self.grad_buffers, grads)
-            ops.assign_add(self.skipped_windows, 1 - finite.astype(ms.int32))
+            _hyper_map(ops.partial(_assign_if, applied), self.grad_buffers, grads)
+            ops.assign_add(self.skipped_windows, 1 - applied.astype(ms.int32))
         elif factor is not None or self.grad_reducer is not None:
             _hyper_map(_assign, self.grad_buffers, grads)
         start = 0
         for member in self.members:
             size = len(member.window_tensors())
-            member.close_window(extra[start:start + size], finite)
+            member.close_window(extra[start:start + size], applied)
             start = start + size
-        ops.assign(self.ready, finite)
+        ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
-        ops.assign(self.accumulate_step, self.schedule(self.update_count + finite.astype(ms.int32)))
+        ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
+
+    def _not_a_spike(self, finite, norm):
+        """``finite`` and the norm within ``spike_factor`` of the running mean; updates the mean if so."""
+        windows = self.norm_windows.astype(ms.float32)
+        average = self.norm_average / (1 - ops.pow(Tensor(NORM_DECAY, ms.float32), windows))
+        spike = ops.logical_and(self.norm_windows >= max(self.spike_warmup, 1), norm > self.spike_factor * average)
+        applied = ops.logical_and(finite, ops.logical_not(spike))
+        # select, not arithmetic on the flag: a NaN norm must not reach the mean.
+        absorbed = NORM_DECAY * self.norm_average + (1 - NORM_DECAY) * norm
+        ops.assign(self.norm_average, ops.select(applied, absorbed, self.norm_average))
+        ops.assign_add(self.norm_windows, applied.astype(ms.int32))
+        return applied
 
     def _update(self):
-        self.optimizer(self.grad_buffers)
+        grads = self.grad_buffers
+        if self._casts:
+            grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
+        self.optimizer(grads)
         ops.assign_add(self.update_count, ops.ones((), ms.int32))
         _hyper_map(_clear, self.grad_buffers)
         ops.assign(self.ready, _FALSE)
@@ -406,11 +516,9 @@ class Accumulator:
     def _finite(self, grads, norm):
         if not self.skip_nonfinite:
             return _TRUE
-        if not self.sum_by_matmul:
-            return ms.amp.all_finite(grads)
-        if norm is not None:
+        if self.sum_by_matmul and norm is not None:
             return ops.isfinite(norm)
-        return _all_finite_by_matmul(grads)
+        return _all_finite(self.sum_by_matmul, grads)
 
     def _check_weight(self, weight):
         if weight is not None and self.reduction != "mean":

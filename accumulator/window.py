@@ -19,7 +19,31 @@ def _micro_batch(inputs, i):
     return [t[i] for t in inputs]
 
 
-def _loop(grad_fn, accumulator, inputs, counts, micro_steps):
+def _add(accumulator, grads, counts, i, tally):
+    accumulator.add(grads)
+    return tally
+
+
+def _add_and_tally(accumulator, grads, counts, i, tally):
+    """Adds, and tallies the micro-steps (and counts) ``add`` kept: for ``skip_nonfinite="micro_batch"``."""
+    kept = accumulator.add(grads)
+    steps, weight = tally
+    steps = steps + kept.astype(ms.int32)
+    if counts is not None:
+        weight = weight + counts[i] * kept.astype(ms.float32)
+    return steps, weight
+
+
+def _count(accumulator, micro_steps, counts, tally):
+    return accumulator.count(micro_steps, None if counts is None else counts.sum())
+
+
+def _count_kept(accumulator, micro_steps, counts, tally):
+    steps, weight = tally
+    return accumulator.count(micro_steps, None if counts is None else weight, steps)
+
+
+def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps):
     """Accumulates micro-batches ``0 .. micro_steps-1`` of the stacked ``inputs``.
 
     A ``while`` on a Tensor index stays one loop in the graph, so only one
@@ -28,27 +52,35 @@ def _loop(grad_fn, accumulator, inputs, counts, micro_steps):
     Tensor argument so the bound is never a constant the compiler could
     fold into an unrolled loop (a shape-derived bound was also measured
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
-    micro-steps and weight are counted once, after the loop.
+    micro-steps and weight are counted once, after the loop, except what
+    ``skip_nonfinite="micro_batch"`` keeps, which ``add`` tallies in the loop.
     """
     losses = ops.zeros(inputs[0].shape[:1], ms.float32)
+    tally = (ops.zeros((), ms.int32), ops.zeros((), ms.float32))
     i = ops.zeros((), ms.int32)
     while i < micro_steps:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
-        accumulator.add(grads)
+        tally = add(accumulator, grads, counts, i, tally)
         losses[i] = ops.cast(loss, ms.float32)
         i = i + 1
-    accumulator.count(micro_steps, None if counts is None else counts.sum())
+    count(accumulator, micro_steps, counts, tally)
     return losses
 
 
 def _jit_loop(grad_fn, accumulator, apply):
+    # Chosen here, in Python: a constant `if` inside the graph's while loop
+    # miscompiled in MindSpore 2.10 (windows of one micro-batch went wrong).
+    if accumulator.skip_nonfinite == "micro_batch":
+        add, count = _add_and_tally, _count_kept
+    else:
+        add, count = _add, _count
     if apply:
         def window(inputs, counts, micro_steps):
-            losses = _loop(grad_fn, accumulator, inputs, counts, micro_steps)
+            losses = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
             return losses, accumulator.flush()
     else:
         def window(inputs, counts, micro_steps):
-            return _loop(grad_fn, accumulator, inputs, counts, micro_steps)
+            return _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
     return ms.jit(window)
 
 
