@@ -1,0 +1,249 @@
+"""BatchNorm under accumulation: moving statistics from the whole window.
+
+A plain ``nn.BatchNorm2d`` updates ``moving_mean`` and ``moving_variance``
+once per micro-batch, from that micro-batch alone. ``convert_batchnorm``
+makes each BatchNorm pool its micro-batches' moments over the window and
+update the moving statistics once, when the window applies, exactly as one
+BatchNorm update on the whole window's batch would.
+
+What can and cannot be equal to the large batch: the training forward still
+normalises each micro-batch with its own mean and variance, since the whole
+window is never in memory at once. So the loss, the gradients and therefore
+the weights differ from a large-batch run (as with "ghost" BatchNorm); only
+the moving statistics equal a large-batch update, computed from what each
+layer was fed during the window.
+"""
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.communication import GlobalComm, get_group_size, get_rank
+
+
+def _state(value, name):
+    return Parameter(Tensor(value, ms.float32), name=name, requires_grad=False)
+
+
+def _blend(moving, value, momentum, update):
+    # BatchNorm's own convention: ``momentum`` here is the layer's attribute,
+    # the new batch's weight (1 - the constructor's momentum, 0.1 by default).
+    blended = moving * (1.0 - momentum) + value * momentum
+    return ops.assign(moving, ops.where(update, blended, moving))
+
+
+@ms.jit_class
+class _WindowMoments:
+    """One layer's pooled moments over the window, attached to an Accumulator.
+
+    Each rank keeps its part of the window as a count, a mean and M2 (the
+    sum of squared deviations from the mean) per channel, and merges every
+    micro-batch in with Chan et al.'s pairwise update: no difference of two
+    large numbers is taken, as E[x**2] - E[x]**2 would, so data at 300 +- 0.5
+    keep their variance in float32. The mean is held as an offset from a
+    shift, the window's first micro-batch mean: float32 places a mean near
+    300 only to 1.5e-5, which would cost the spread between micro-batch means
+    1e-4 of itself; offsets near 0 keep it to 1e-7.
+
+    Across ranks the window's AllReduce only sums. M2s add up as they are,
+    but the spread between the ranks' means needs the means: moments summed
+    about a common point (the moving mean, say) cancel catastrophically when
+    the data sit far from it (0 against 300 loses 2% of the variance in
+    float32, and AllReduce takes no float64). So each rank hands over its
+    count, shift and offset in its own row of otherwise zero ``[ranks, ...]``
+    tensors: the sum gives every rank every rank's values, exactly (adding
+    zeros rounds nothing), like an AllGather, for ``ranks * (2 C + 1)``
+    floats per layer and window. The parallel-variance formula then merges
+    them, again with small differences only.
+    """
+
+    def __init__(self, layer, prefix, rank, ranks):
+        self.moving_mean = layer.moving_mean
+        self.moving_variance = layer.moving_variance
+        self.momentum = float(layer.momentum)
+        self.row = Tensor(np.eye(ranks, dtype=np.float32)[rank])
+        zeros = np.zeros(layer.num_features, np.float32)
+        self.count = _state(0.0, prefix + "window_count")
+        self.shift = _state(zeros, prefix + "window_shift")
+        self.mean = _state(zeros, prefix + "window_mean")
+        self.m2 = _state(zeros, prefix + "window_m2")
+
+    def add(self, count, mean, correction, m2):
+        """Merges a micro-batch of ``count`` values per channel, mean ``mean + correction`` and ``m2``."""
+        shift = ops.where(self.count > 0, self.shift, mean)
+        # mean - shift is exact (two floats within a factor 2 of each other).
+        offset = (mean - shift) + correction
+        total = self.count + count
+        delta = offset - self.mean
+        new_mean = self.mean + delta * (count / total)
+        new_m2 = self.m2 + m2 + delta * delta * (self.count * count / total)
+        ops.assign(self.shift, shift)
+        ops.assign(self.mean, new_mean)
+        ops.assign(self.m2, new_m2)
+        return ops.assign(self.count, total)
+
+    def state_parameters(self):
+        return [self.count, self.shift, self.mean, self.m2]
+
+    def window_tensors(self):
+        column = self.row.reshape((-1, 1))
+        return (self.row * self.count, column * self.shift, column * self.mean, self.m2)
+
+    def close_window(self, tensors, applied):
+        counts, shifts, offsets, m2 = tensors
+        total = counts.sum()
+        counts = counts.reshape((-1, 1))
+        reference = (counts * shifts).sum(0) / total
+        deviations = (shifts - reference) + offsets
+        offset = (counts * deviations).sum(0) / total
+        m2 = m2 + (counts * (deviations - offset) * (deviations - offset)).sum(0)
+        # BatchNorm's moving variance is the unbiased one (n - 1), n the
+        # values per channel; a layer that saw nothing this window keeps
+        # its statistics (a count of 0 makes the values above NaN, never chosen).
+        update = ops.logical_and(applied, total > 0)
+        _blend(self.moving_mean, reference + offset, self.momentum, update)
+        _blend(self.moving_variance, m2 / (total - 1.0), self.momentum, update)
+        for state in self.state_parameters():
+            ops.assign(state, ops.zeros_like(state))
+
+
+def _statistic(per_channel):
+    # Statistics, not part of the loss: no gradient flows back through them.
+    return ops.stop_gradient(per_channel).reshape((-1,)).astype(ms.float32)
+
+
+class WindowBatchNorm:
+    """What ``convert_batchnorm`` turns a BatchNorm into; test with ``isinstance``.
+
+    A converted layer is still an ``nn.BatchNorm1d`` or ``nn.BatchNorm2d``
+    (mixed precision keeps those in float32 by their type), with the same
+    Parameters under the same names. In training it normalises each
+    micro-batch with the micro-batch's own statistics and adds its moments to
+    ``window``, the state its accumulator applies once per window. In
+    evaluation it is the plain layer.
+
+    Example:
+        >>> from accumulator import Accumulator
+        >>> net = nn.SequentialCell(nn.Dense(3, 4), nn.BatchNorm1d(4))
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), 2)
+        >>> convert_batchnorm(net, accumulator)
+        ['1']
+        >>> isinstance(net[1], WindowBatchNorm), isinstance(net[1], nn.BatchNorm1d)
+        (True, True)
+    """
+
+    def construct(self, x):
+        self._check_input_dim(self.shape(x), self.cls_name)
+        if self.use_batch_statistics is None and not self.training:
+            return self._infer(x)
+        axes = (0,) + tuple(range(2, x.ndim))
+        mean = ops.mean(x, axes, True)
+        centered = x - mean
+        m2 = ops.sum(centered * centered, axes, True)
+        count = x.size // x.shape[1]
+        scale = ops.rsqrt(m2 / count + self.eps) * self.gamma.reshape(mean.shape)
+        # The mean of the centred values is the rounding error of ``mean``,
+        # which float32 cannot hold near 300 (see _WindowMoments).
+        added = self.window.add(count, _statistic(mean), _statistic(ops.mean(centered, axes)), _statistic(m2))
+        return ops.depend(centered * scale + self.beta.reshape(mean.shape), added)
+
+    def _infer(self, x):
+        # The plain layer's inference path: its kernel wants 4-D input.
+        shape = x.shape
+        if x.ndim < 4:
+            x = x.reshape(shape + (1,) * (4 - x.ndim))
+        y = self.bn_infer(x, self.gamma, self.beta, self.moving_mean, self.moving_variance)[0]
+        return y.reshape(shape)
+
+
+class _WindowBatchNorm1d(WindowBatchNorm, nn.BatchNorm1d):
+    pass
+
+
+class _WindowBatchNorm2d(WindowBatchNorm, nn.BatchNorm2d):
+    pass
+
+
+_CONVERSIONS = {nn.BatchNorm1d: _WindowBatchNorm1d, nn.BatchNorm2d: _WindowBatchNorm2d}
+
+
+def _prefix(layer):
+    # The layer's own Parameter names give a unique stem ("features.1.").
+    name = layer.moving_mean.name
+    return "accumulator." + (name.rsplit(".", 1)[0] + "." if "." in name else "")
+
+
+def _rank_and_ranks(reducer):
+    """This process's place among the ranks ``reducer`` sums over (0 of 1 without one)."""
+    if reducer is None:
+        return 0, 1
+    group = getattr(getattr(reducer, "all_reduce", None), "group", GlobalComm.WORLD_COMM_GROUP)
+    return get_rank(group), get_group_size(group)
+
+
+def convert_batchnorm(net, accumulator):
+    """Makes every ``nn.BatchNorm1d``/``nn.BatchNorm2d`` in ``net`` pool its statistics over ``accumulator``'s window.
+
+    Each layer is converted in place: the same object, with the same
+    ``gamma``, ``beta``, ``moving_mean`` and ``moving_variance`` Parameters
+    under the same names, so an optimizer built before keeps training them
+    and checkpoints of the plain network load unchanged. Its window state
+    (count, mean and M2 per channel, ``accumulator.<layer>.window_*``) is
+    attached to ``accumulator``: checkpointed with it, summed across devices
+    with its window, and applied or dropped with its window.
+
+    During training each micro-batch is normalised with its own statistics
+    (the whole window is never in memory at once), so the weights still
+    differ from a large-batch run. The moving statistics do not: when the
+    window applies (also by ``flush``), they are updated once, with the
+    layer's momentum and unbiased variance, as one update on the
+    concatenation of what the layer saw during the window would update
+    them; a window skipped as non-finite leaves them as they were. For the
+    first BatchNorm of a network that is the whole window's batch. In
+    evaluation the layers are plain BatchNorm.
+
+    Convert after building the accumulator and before the first compiled
+    call (and before building an ``AccumulationTrainCell``). Only
+    ``data_format="NCHW"`` is supported; subclasses of the BatchNorms and
+    layers with ``use_batch_statistics=False`` (which never update their
+    moving statistics) are left alone. Returns the converted layers' names
+    in ``net`` (``""`` when ``net`` is one).
+
+    Example:
+        >>> from accumulator import Accumulator
+        >>> net = nn.SequentialCell(nn.BatchNorm1d(2, momentum=0.0))   # moving statistics = last batch's
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+        >>> convert_batchnorm(net, accumulator)
+        ['0']
+        >>> def make_step(net, accumulator):
+        ...     def forward(x):
+        ...         return net(x).sum()
+        ...     grad_fn = ms.value_and_grad(forward, None, accumulator.optimizer.parameters)
+        ...     @ms.jit
+        ...     def step(x):
+        ...         return accumulator(grad_fn(x)[1])
+        ...     return step
+        >>> step = make_step(net.set_train(), accumulator)
+        >>> [bool(step(Tensor([[0.0, 1.0], [2.0, 1.0]]))), bool(step(Tensor([[4.0, 1.0], [6.0, 1.0]])))]
+        [False, True]
+        >>> net[0].moving_mean.asnumpy(), net[0].moving_variance.asnumpy()   # of all 4 rows, not the last 2
+        (array([3., 1.], dtype=float32), array([6.6666665, 0.       ], dtype=float32))
+    """
+    layers = [(name, cell) for name, cell in net.cells_and_names()
+              if type(cell) in _CONVERSIONS and cell.use_batch_statistics is not False]
+    taken = {p.name for p in accumulator.state_parameters()}
+    for name, layer in layers:
+        if layer.format != "NCHW":
+            raise ValueError(f"{name or 'net'}: only data_format='NCHW' is supported, got {layer.format!r}")
+        if _prefix(layer) + "window_count" in taken:
+            raise ValueError(f"{name or 'net'}: its window state {_prefix(layer)}window_* is already in the "
+                             "accumulator; give the layers distinct parameter names")
+        taken.add(_prefix(layer) + "window_count")
+    rank, ranks = _rank_and_ranks(accumulator.grad_reducer)
+    for name, layer in layers:
+        window = _WindowMoments(layer, _prefix(layer), rank, ranks)
+        accumulator.attach(window)
+        # Changing the class, not replacing the cell, keeps the very
+        # Parameter objects (the optimizer already holds gamma and beta),
+        # their names, the parent's reference and isinstance checks.
+        layer.__class__ = _CONVERSIONS[type(layer)]
+        layer.window = window
+    return [name for name, _ in layers]
