@@ -210,7 +210,7 @@ class Accumulator:
             raise TypeError(f"grad_reducer must be callable, got {grad_reducer!r}")
         if accumulate_dtype is not None and accumulate_dtype not in FLOAT_DTYPES:
             raise ValueError(f"accumulate_dtype must be None or one of {[str(d) for d in FLOAT_DTYPES]}, "
-                             f"got {accumulate_dtype!r}")
+                             f"got {accumulate_dtype}")
         if spike_factor is not None and (isinstance(spike_factor, bool) or not isinstance(spike_factor, (int, float))
                                          or not 1 < spike_factor < float("inf")):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {spike_factor!r}")
