@@ -1,4 +1,6 @@
 """Clipping, non-finite windows and loss scaling act once per window."""
+import re
+
 import numpy as np
 import pytest
 import mindspore as ms
@@ -180,3 +182,109 @@ def test_clipping_sees_the_unscaled_mean_under_loss_scaling(by_matmul):
         step(data, label)
     for got, want in zip(optimizer.parameters, expected):
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-6)
+
+
+class Scale(nn.Cell):
+    """``sum(w * x)``: its gradient is ``x``, so a test picks each micro-batch's gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = ms.Parameter(ms.Tensor(np.zeros(2, np.float32)), name="w")
+
+    def construct(self, x):
+        return (self.w * x).sum()
+
+
+def scale_setup(accumulate_step, **accumulator_args):
+    net = Scale()
+    optimizer = nn.SGD(net.trainable_params(), 1.0)
+    accumulator = Accumulator(optimizer, accumulate_step, **accumulator_args)
+    grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
+    return net, accumulator, grad_fn
+
+
+def per_micro_step(accumulator, grad_fn, with_count=False):
+    def step(x):
+        return accumulator(grad_fn(x)[1])
+
+    def step_with_count(x, count):
+        return accumulator(grad_fn(x)[1], count)
+
+    return ms.jit(step_with_count if with_count else step)
+
+
+@pytest.mark.parametrize("by_matmul", [True, False])
+def test_a_nonfinite_micro_batch_is_dropped_and_its_window_applies(mode, by_matmul):
+    net, accumulator, grad_fn = scale_setup(4, skip_nonfinite="micro_batch")
+    accumulator.sum_by_matmul = by_matmul
+    step = per_micro_step(accumulator, grad_fn)
+    updated = [bool(step(ms.Tensor(np.full(2, g, np.float32)))) for g in (1.0, np.nan, 2.0, 3.0)]
+    assert updated == [False, False, False, True]
+    np.testing.assert_allclose(net.w.asnumpy(), [-2.0, -2.0])   # the mean of 1, 2 and 3
+    assert (int(accumulator.dropped_micro_batches), int(accumulator.skipped_windows)) == (1, 0)
+
+
+def test_a_dropped_micro_batch_takes_its_count_with_it():
+    net, accumulator, grad_fn = scale_setup(4, skip_nonfinite="micro_batch")
+    step = per_micro_step(accumulator, grad_fn, with_count=True)
+    # Summed-loss gradients with sample counts: (2 + 4 + 6) / (1 + 2 + 3) = 2.
+    for g, count in ((2.0, 1), (np.inf, 5), (4.0, 2), (6.0, 3)):
+        step(ms.Tensor(np.full(2, g, np.float32)), ms.Tensor(count, ms.int32))
+    np.testing.assert_allclose(net.w.asnumpy(), [-2.0, -2.0])
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_a_window_that_kept_no_micro_batch_is_skipped(reduction):
+    net, accumulator, grad_fn = scale_setup(2, skip_nonfinite="micro_batch", reduction=reduction)
+    step = per_micro_step(accumulator, grad_fn)
+    updated = [bool(step(ms.Tensor(np.full(2, g, np.float32)))) for g in (np.nan, -np.inf, 1.0, 1.0)]
+    assert updated == [False, False, False, True]
+    total = 1.0 if reduction == "mean" else 2.0
+    np.testing.assert_allclose(net.w.asnumpy(), [-total, -total])
+    assert (int(accumulator.dropped_micro_batches), int(accumulator.skipped_windows)) == (2, 1)
+
+
+def test_the_window_step_drops_a_nonfinite_micro_batch_too():
+    from accumulator import make_window_step
+    net, accumulator, grad_fn = scale_setup(4, skip_nonfinite="micro_batch")
+    window_step = make_window_step(grad_fn, accumulator)
+    stacked = ms.Tensor(np.array([[1.0] * 2, [np.nan] * 2, [2.0] * 2, [3.0] * 2], np.float32))
+    _, updated = window_step(stacked)
+    assert bool(updated)
+    np.testing.assert_allclose(net.w.asnumpy(), [-2.0, -2.0])
+    # With counts, and a list whose last micro-batch is of another size.
+    _, updated = window_step([(ms.Tensor(np.full(2, 2.0, np.float32)),), (ms.Tensor(np.full(2, np.nan, np.float32)),),
+                              (ms.Tensor(np.full(2, 6.0, np.float32)),)], counts=[1, 5, 3])
+    np.testing.assert_allclose(net.w.asnumpy(), [-4.0, -4.0])   # -2 - (2 + 6) / (1 + 3)
+    assert int(accumulator.dropped_micro_batches) == 2
+
+
+def test_a_spike_window_is_skipped_and_kept_out_of_the_running_mean(mode):
+    net, accumulator, grad_fn = scale_setup(1, spike_factor=10)
+    step = per_micro_step(accumulator, grad_fn)
+    # Window norms 1 (twelve times), 100, then 1: a gradient of g/sqrt(2) per entry has norm g.
+    norms = [1.0] * 12 + [100.0, 1.0]
+    updated = [bool(step(ms.Tensor(np.full(2, g / np.sqrt(2), np.float32)))) for g in norms]
+    assert updated == [True] * 12 + [False, True]
+    assert (int(accumulator.update_count), int(accumulator.skipped_windows)) == (13, 1)
+    np.testing.assert_allclose(float(accumulator.norm_average) / (1 - 0.9 ** 13), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(net.w.asnumpy(), [-13 / np.sqrt(2)] * 2, rtol=1e-5)
+
+
+def test_spikes_wait_for_the_warmup():
+    net, accumulator, grad_fn = scale_setup(1, spike_factor=10, spike_warmup=3)
+    step = per_micro_step(accumulator, grad_fn)
+    updated = [bool(step(ms.Tensor(np.full(2, g, np.float32)))) for g in (1.0, 100.0, 1.0, 1.0, 1000.0)]
+    assert updated == [True, True, True, True, False]
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"skip_nonfinite": "window"}, "skip_nonfinite must be True, False or 'micro_batch', got 'window'"),
+    ({"spike_factor": 1.0}, "spike_factor must be a number above 1 or None, got 1.0"),
+    ({"spike_factor": float("inf")}, "spike_factor must be a number above 1 or None, got inf"),
+    ({"spike_factor": 10, "spike_warmup": -1}, "spike_warmup must be a non-negative int, got -1"),
+])
+def test_bad_skip_policies_are_rejected(args, message):
+    optimizer = make_optimizer("sgd", make_net().trainable_params())
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        Accumulator(optimizer, 2, **args)
