@@ -3,7 +3,8 @@
 Read in this order: ``accumulator`` (the Accumulator and its state),
 ``schedule`` (how N may change), ``state`` (checkpoints), ``cell``
 (``mindspore.train.Model``), ``distributed`` (one AllReduce per window),
-``window`` (a whole window per compiled call); ``checks`` and ``files`` are
+``window`` (a whole window per compiled call), ``selfcheck`` (does
+accumulation equal the large batch on your net?); ``checks`` and ``files`` are
 the argument checks and the atomic file write the rest of the project shares.
 """
 from accumulator.accumulator import Accumulator
@@ -11,9 +12,10 @@ from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
 from accumulator.files import write_atomically
 from accumulator.schedule import as_schedule
+from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from accumulator.window import make_window_step
 
-__all__ = ["Accumulator", "AccumulationTrainCell", "FlushAtEpochEnd", "WindowAllReduce", "as_schedule",
-           "CheckpointMismatchError", "load_checkpoint", "make_window_step", "save_checkpoint", "training_state",
-           "write_atomically"]
+__all__ = ["Accumulator", "AccumulationTrainCell", "CheckpointMismatchError", "EquivalenceReport", "FlushAtEpochEnd",
+           "WindowAllReduce", "as_schedule", "check_equivalence", "load_checkpoint", "make_window_step",
+           "save_checkpoint", "training_state", "write_atomically"]
