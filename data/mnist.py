@@ -263,22 +263,52 @@ def mnist_batches(arrays, batch_size, shuffle=False, seed=None, drop_remainder=F
         [16, 16, 8]
     """
     images, labels = arrays
-    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    order = _sample_order(len(labels), shuffle, seed, num_shards, shard_id)
-    if drop_remainder:
-        order = order[:len(order) - len(order) % batch_size]
+    order = _reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     return _tensor_batches(images, labels, order, batch_size)
 
 
-def _windows(batches, accumulate_step):
-    window = []
-    for images, labels in batches:
-        window.append((images, labels))
-        if len(window) == accumulate_step:
-            yield window
-            window = []
-    if window:
-        yield window
+def _reading_order(n, batch_size, shuffle, seed, drop_remainder, num_shards, shard_id):
+    """The checked arguments' sample indices for one pass, without a dropped short last batch."""
+    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    order = _sample_order(n, shuffle, seed, num_shards, shard_id)
+    return order[:len(order) - len(order) % batch_size] if drop_remainder else order
+
+
+class Window(list):
+    """One accumulation window: a list of ``(images, labels)`` Tensor pairs, one per micro-batch.
+
+    ``stacked`` holds the same micro-batches as one ``(images [k, b, 1,
+    28, 28], labels [k, b])`` pair of Tensors sharing their memory, when
+    all ``k`` hold the same ``b`` samples, else None: what a window step takes as
+    it is (``window_step(*window.stacked)``), instead of stacking the
+    list again with a MindSpore op per column.
+
+    Example:
+        >>> import numpy as np
+        >>> x, y = ms.Tensor(np.zeros((2, 3), np.float32)), ms.Tensor(np.zeros(2, np.int32))
+        >>> window = Window([(x, y)])
+        >>> len(window), window.stacked is None
+        (1, True)
+    """
+
+    def __init__(self, micro_batches, stacked=None):
+        super().__init__(micro_batches)
+        self.stacked = stacked
+
+
+def _tensor_windows(images, labels, order, batch_size, accumulate_step):
+    span = batch_size * accumulate_step
+    for start in range(0, len(order), span):
+        # One gather per window; its micro-batches and the stacked pair are views of it.
+        x, y = images[order[start:start + span]], labels[order[start:start + span]]
+        micro_batches = [(ms.Tensor.from_numpy(x[i:i + batch_size]), ms.Tensor.from_numpy(y[i:i + batch_size]))
+                         for i in range(0, len(y), batch_size)]
+        stacked = None
+        if len(y) % batch_size == 0 or len(micro_batches) == 1:  # micro-batches all of one size
+            k = len(micro_batches)
+            stacked = (ms.Tensor.from_numpy(x.reshape(k, len(y) // k, *x.shape[1:])),
+                       ms.Tensor.from_numpy(y.reshape(k, len(y) // k)))
+        yield Window(micro_batches, stacked)
 
 
 def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None, drop_remainder=False,
@@ -287,13 +317,14 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
 
     ``source`` is a split folder (read now) or the ``(images, labels)`` of
     :func:`load_mnist_split` (read once, reused every epoch). Each window
-    is a list of ``(images, labels)`` Tensor pairs, one per micro-batch,
-    ``accumulate_step`` long except possibly the last one of the epoch,
-    which is yielded, not dropped. A list rather than a stacked array,
-    because the epoch's last micro-batch may be smaller than
-    ``batch_size``. The micro-batches are those of :func:`mnist_batches`
-    (and of :func:`mnist_dataset`) with the same arguments; they are
-    checked at the call, not at the first window.
+    is a :class:`Window`, a list of ``(images, labels)`` Tensor pairs, one
+    per micro-batch, ``accumulate_step`` long except possibly the last one
+    of the epoch, which is yielded, not dropped. A list rather than a
+    stacked array, because the epoch's last micro-batch may be smaller
+    than ``batch_size``; a window of whole micro-batches carries them
+    stacked too, in ``window.stacked``. The micro-batches are those of
+    :func:`mnist_batches` (and of :func:`mnist_dataset`) with the same
+    arguments; they are checked at the call, not at the first window.
 
     Example:
         >>> import tempfile
@@ -306,10 +337,12 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
         ...     print([[labels.shape[0] for _, labels in window] for window in windows])
         [[16, 16, 16, 16], [16, 16, 4]]
         [[16, 16, 16, 16], [16, 16, 4]]
+        >>> first = next(mnist_windows(train, 16, accumulate_step=4))
+        >>> first.stacked[0].shape, first.stacked[1].shape
+        ((4, 16, 1, 28, 28), (4, 16))
     """
     accumulate_step = positive_int(accumulate_step, "accumulate_step")
-    batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    arrays = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
-    batches = mnist_batches(arrays, batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
-                            num_shards=num_shards, shard_id=shard_id)
-    return _windows(batches, accumulate_step)
+    _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
+    order = _reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    return _tensor_windows(images, labels, order, batch_size, accumulate_step)

@@ -84,6 +84,21 @@ def test_windows_from_memory_equal_windows_from_the_folder(synthetic_mnist_dir):
             np.testing.assert_array_equal(labels.asnumpy(), want_labels)
 
 
+def test_whole_windows_carry_their_micro_batches_stacked(synthetic_mnist_dir):
+    train = load_mnist_split(os.path.join(synthetic_mnist_dir, "train"))
+    windows = list(mnist_windows(train, 32, 3, shuffle=True, seed=9))  # 200 = 2 x (32, 32, 32) + 8
+    assert [[labels.shape[0] for _, labels in window] for window in windows] == [[32] * 3, [32] * 3, [8]]
+    for window in windows[:2]:
+        images, labels = (tensor.asnumpy() for tensor in window.stacked)
+        assert images.shape == (3, 32, 1, 28, 28) and labels.shape == (3, 32)
+        for i, (micro_images, micro_labels) in enumerate(window):
+            np.testing.assert_array_equal(images[i], micro_images.asnumpy())
+            np.testing.assert_array_equal(labels[i], micro_labels.asnumpy())
+    assert windows[2].stacked[0].shape == (1, 8, 1, 28, 28)  # one micro-batch is always of one size
+    ragged = list(mnist_windows(train, 32, 4))[-1]  # (32, 32, 8): no stacked form
+    assert [labels.shape[0] for _, labels in ragged] == [32, 32, 8] and ragged.stacked is None
+
+
 @pytest.mark.parametrize("reading, message", [
     ({"batch_size": 0}, "batch_size must be a positive int, got 0"),
     ({"seed": 1.5}, "seed must be None or a non-negative int, got 1.5"),

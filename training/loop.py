@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
+import numpy as np
 from mindspore import nn, ops
 from tqdm import tqdm
 
@@ -104,14 +105,23 @@ def build_run(config, task):
 
 
 def _window_losses(run, windows):
-    """Trains window by window, yielding each window's (summed loss Tensor, samples)."""
+    """Trains window by window, yielding each window's (summed loss as a float, samples).
+
+    The losses are added on the host: adding Tensors would run one
+    MindSpore op per micro-batch outside the compiled step. The first read
+    waits for the device; once per window keeps its queue full.
+    """
     for window in windows:
         counts = [labels.shape[0] for _, labels in window]
         if run.window_step is not None:
-            losses, _ = run.window_step(window, counts=counts)
-            yield losses.sum(), sum(counts)
+            # A window that already holds its micro-batches stacked ([k, B, ...], data.mnist.Window)
+            # goes in as it is; a plain list is stacked by the window step.
+            stacked = getattr(window, "stacked", None)
+            losses, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
+            yield float(losses.asnumpy().sum(dtype=np.float64)), sum(counts)
         else:
-            yield sum(run.train_step(inputs, labels) for inputs, labels in window), sum(counts)
+            losses = [run.train_step(inputs, labels) for inputs, labels in window]
+            yield sum(float(loss.asnumpy()) for loss in losses), sum(counts)
 
 
 def train_epoch(run, task, config, epoch, progress=True):
@@ -142,8 +152,7 @@ def train_epoch(run, task, config, epoch, progress=True):
     with tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample", unit_scale=True,
               leave=False, disable=not progress, dynamic_ncols=True) as bar:
         for window_loss, window_samples in _window_losses(run, windows):
-            # Reading the loss waits for the device; once per window keeps the queue full.
-            loss_sum += float(window_loss.asnumpy())
+            loss_sum += window_loss
             samples += window_samples
             bar.set_postfix(loss=f"{loss_sum / samples:.4f}", refresh=False)
             bar.update(window_samples)

@@ -29,7 +29,10 @@ class Task:
         train_windows: ``(batch_size, accumulate_step, *, shuffle, seed,
             drop_remainder, num_shards, shard_id)`` -> one epoch as windows,
             each a list of up to ``accumulate_step`` ``(inputs, labels)``
-            Tensor pairs (``num_shards`` None: no sharding).
+            Tensor pairs (``num_shards`` None: no sharding). A window may
+            also carry ``stacked``, the same micro-batches as one ``(inputs
+            [k, b, ...], labels [k, b])`` pair, which the window step then
+            takes as it is (``data.mnist.Window``).
         test_batches: ``(batch_size)`` -> one pass over the test split as
             ``(inputs, labels)`` Tensor pairs.
 
