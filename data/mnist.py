@@ -254,12 +254,8 @@ def mnist_batches(arrays, batch_size, shuffle=False, seed=None, drop_remainder=F
     call, not at the first batch.
 
     Example:
-        >>> import tempfile
-        >>> from data.idx import write_synthetic_mnist
-        >>> folder = tempfile.mkdtemp()
-        >>> _ = write_synthetic_mnist(folder, n_train=64, n_test=40)
-        >>> test = load_mnist_split(os.path.join(folder, "test"))
-        >>> [labels.shape[0] for _, labels in mnist_batches(test, 16, shuffle=True, seed=3)]
+        >>> arrays = np.zeros((40, 1, 28, 28), np.float32), np.arange(40, dtype=np.int32) % 10  # 40 samples
+        >>> [labels.shape[0] for _, labels in mnist_batches(arrays, 16, shuffle=True, seed=3)]
         [16, 16, 8]
     """
     images, labels = arrays
@@ -327,11 +323,7 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     arguments; they are checked at the call, not at the first window.
 
     Example:
-        >>> import tempfile
-        >>> from data.idx import write_synthetic_mnist
-        >>> folder = tempfile.mkdtemp()
-        >>> _ = write_synthetic_mnist(folder, n_train=100, n_test=10)
-        >>> train = load_mnist_split(os.path.join(folder, "train"))
+        >>> train = np.zeros((100, 1, 28, 28), np.float32), np.arange(100, dtype=np.int32) % 10
         >>> for epoch in (1, 2):
         ...     windows = mnist_windows(train, 16, accumulate_step=4, shuffle=True, seed=epoch)
         ...     print([[labels.shape[0] for _, labels in window] for window in windows])
