@@ -54,3 +54,16 @@ def test_repeats_merge_and_a_configuration_that_always_failed_keeps_its_error():
     assert rows[0]["repeats"] == 2 and rows[0]["median_ms"] == 2.0 and rows[0]["min_ms"] == 1.0
     assert rows[1]["error"].endswith("boom") and "median_ms" not in rows[1]
     assert ("mnist", "graph", "boost") not in best_rows(rows)
+
+
+@pytest.mark.parametrize("accumulate, checked", [(4, True), (16, True), (8, False)])
+def test_window_is_held_to_the_bare_loop_at_n_4_and_16(accumulate, checked):
+    # 1.04 ms against the floor's 1.00 ms per micro-step: within 1.05x.
+    rows = summarize([_row("window", "1", 1.04, accumulate=accumulate),
+                      _row("window_floor", "1", 1.0, accumulate=accumulate),
+                      _row("torch_accumulate", "n/a", 0.5, mode="eager", accumulate=accumulate)])
+    checks = check_targets(rows, best_rows(rows))
+    target = f"mnist N={accumulate}: window >= 0.95x window_floor throughput"
+    assert [check["target"] for check in checks] == ([target] if checked else [])
+    if checked:
+        assert checks[0]["met"] and checks[0]["median_ratio"] == pytest.approx(1 / 1.04)
