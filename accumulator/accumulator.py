@@ -3,7 +3,8 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.common.initializer import initializer
 
-from accumulator.checks import non_negative_int
+from accumulator.checks import non_negative_int, positive_int
+from accumulator.noise import NoiseTracker
 from accumulator.schedule import as_schedule
 
 REDUCTIONS = ("mean", "sum")
@@ -139,6 +140,15 @@ class Accumulator:
             running mean of recent applied windows' norms; the spike does not
             enter the mean. ``None`` disables it.
         spike_warmup: windows applied before ``spike_factor`` acts.
+        track_noise: estimate the gradient noise scale from each window's
+            micro-batches (``noise_scale``, ``noise.record()``; see
+            ``accumulator.noise``). Needs ``reduction="mean"`` and each
+            micro-batch's sample count: the ``count`` of each call, or
+            ``micro_batch_size`` when every micro-batch has that many.
+            Costs a sum of squares of the gradient per micro-step; never
+            changes the update.
+        micro_batch_size: samples per micro-batch, for ``track_noise``
+            without counts.
 
     Attributes:
         grad_buffers: one zero-initialised buffer per optimizer parameter,
@@ -156,6 +166,7 @@ class Accumulator:
         norm_average, norm_windows: float32 and int32 Parameters, the
             exponential average of applied windows' norms and how many it
             holds; only with ``spike_factor``.
+        noise: the ``NoiseTracker`` and its state; only with ``track_noise``.
         schedule: where the next window's N comes from (``fixed_step`` is
             its N when it never changes).
         sum_by_matmul: take the finiteness check and the clip norm as MatMul
@@ -193,7 +204,7 @@ class Accumulator:
 
     def __init__(self, optimizer, accumulate_step=1, reduction="mean", clip_norm=None,
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
-                 spike_factor=None, spike_warmup=10):
+                 spike_factor=None, spike_warmup=10, track_noise=False, micro_batch_size=None):
         if not isinstance(optimizer, nn.Optimizer):
             raise TypeError(f"optimizer must be a mindspore.nn.Optimizer, got {type(optimizer).__name__}")
         self.schedule = as_schedule(accumulate_step)
@@ -215,6 +226,12 @@ class Accumulator:
                                          or not 1 < spike_factor < float("inf")):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {spike_factor!r}")
         spike_warmup = non_negative_int(spike_warmup, "spike_warmup")
+        if not isinstance(track_noise, bool):
+            raise TypeError(f"track_noise must be a bool, got {track_noise!r}")
+        if track_noise and reduction != "mean":
+            raise ValueError(f"track_noise needs reduction='mean' (micro-batch mean gradients), got {reduction!r}")
+        if micro_batch_size is not None:
+            micro_batch_size = positive_int(micro_batch_size, "micro_batch_size")
 
         self.optimizer = optimizer
         self.reduction = reduction
@@ -225,6 +242,7 @@ class Accumulator:
         self.grad_reducer = grad_reducer
         self.spike_factor = None if spike_factor is None else float(spike_factor)
         self.spike_warmup = spike_warmup
+        self.micro_batch_size = micro_batch_size
         # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
         # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
         # float16, where a sum of squares overflows.
@@ -248,6 +266,9 @@ class Accumulator:
             self.norm_average = _state_parameter(0.0, ms.float32, "norm_average")
             self.norm_windows = _state_parameter(0, ms.int32, "norm_windows")
             self._optional_state += [self.norm_average, self.norm_windows]
+        self.noise = NoiseTracker() if track_noise else None
+        if track_noise:
+            self._optional_state += self.noise.state_parameters()
         # Set and cleared within one call (see _apply), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self.members = []
@@ -345,7 +366,7 @@ class Accumulator:
             (True, 0)
         """
         self._check_weight(count)
-        kept = self.add(grads)
+        kept = self.add(grads, count)
         one = ops.ones((), ms.int32)
         if self.skip_nonfinite != "micro_batch":
             return self.count(one, count)
@@ -353,7 +374,7 @@ class Accumulator:
         weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
         return self.count(one, weight, kept)
 
-    def add(self, grads):
+    def add(self, grads, count=None):
         """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
 
         A loop over many micro-batches in one graph (``make_window_step``)
@@ -361,7 +382,8 @@ class Accumulator:
         micro-batch cost about 0.1 ms. Checks that ``grads`` match the
         optimizer's parameters. Returns a bool Tensor, True when the
         gradients were added: with ``skip_nonfinite="micro_batch"`` a
-        micro-batch holding NaN or Inf is left out (tell ``count``).
+        micro-batch holding NaN or Inf is left out (tell ``count``). The
+        micro-batch's sample ``count`` is needed here only by ``track_noise``.
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -375,12 +397,26 @@ class Accumulator:
             array([3.], dtype=float32)
         """
         self._check_grads(grads)
-        if self.skip_nonfinite != "micro_batch":
+        if self.skip_nonfinite == "micro_batch":
+            kept = _all_finite(self.sum_by_matmul, grads)
+            _hyper_map(ops.partial(_add_if, kept), self.grad_buffers, grads)
+        else:
             _hyper_map(_add_into, self.grad_buffers, grads)
-            return _TRUE
-        kept = _all_finite(self.sum_by_matmul, grads)
-        _hyper_map(ops.partial(_add_if, kept), self.grad_buffers, grads)
+            kept = _TRUE
+        if self.noise is not None:
+            self._track_noise(grads, count, kept)
         return kept
+
+    def _track_noise(self, grads, count, kept):
+        if count is None and self.micro_batch_size is None:
+            raise ValueError("track_noise needs each micro-batch's sample count: pass it as "
+                             "accumulator(grads, count) or set Accumulator(..., micro_batch_size=...)")
+        squared_norm = ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads))
+        if count is None:
+            return self.noise.add(squared_norm, self.micro_batch_size, kept)
+        # A summed loss's gradient is count times the micro-batch's mean gradient.
+        size = ops.cast(count, ms.float32)
+        return self.noise.add(squared_norm / (size * size), size, kept)
 
     def count(self, micro_steps, weight=None, kept=None):
         """Counts ``micro_steps`` added micro-batches; returns the position in the window.
@@ -441,12 +477,14 @@ class Accumulator:
         extra = ()
         for member in self.members:
             extra = extra + member.window_tensors()
+        if self.noise is not None:
+            extra = extra + self.noise.window_tensors()
         if self.grad_reducer is not None:
             reduced = self.grad_reducer(tuple(grads) + extra + (total,))
             grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
         factor = self._normalising_factor(total)
         norm = None
-        if self.clip_norm is not None or self.spike_factor is not None:
+        if self.clip_norm is not None or self.spike_factor is not None or self.noise is not None:
             # The norm of the summed window, scaled as the update will be; any
             # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
             norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads)))
@@ -462,11 +500,15 @@ class Accumulator:
         if self.skip_nonfinite == "micro_batch":
             # A window that kept no micro-batch has nothing to apply.
             finite = ops.logical_and(finite, total > 0)
-        if self.loss_scaler is not None:
-            self.loss_scaler.adjust(finite)
         applied = finite
         if self.spike_factor is not None:
             applied = self._not_a_spike(finite, norm)
+        if self.noise is not None:
+            # Before the loss scaler adjusts: the squares hold this window's scale.
+            scale = 1.0 if self.loss_scaler is None else self.loss_scaler.scale_value
+            self.noise.close(extra[-4:], norm * norm, scale, applied)
+        if self.loss_scaler is not None:
+            self.loss_scaler.adjust(finite)
         if self.skip_nonfinite or self.spike_factor is not None:
             # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
             _hyper_map(ops.partial(_assign_if, applied), self.grad_buffers, grads)
@@ -482,6 +524,25 @@ class Accumulator:
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
         ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
+
+    @property
+    def noise_scale(self):
+        """The gradient noise scale tr(Σ) / |G|², a float read on the host; None until it can be estimated.
+
+        Needs ``track_noise=True``; ``noise.record()`` holds the smoothed
+        |G|² and tr(Σ) and the windows behind them. An effective batch near
+        the noise scale trains about as fast per sample as smaller ones and
+        takes far fewer steps; much beyond it, a larger batch buys little.
+
+        Example:
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4,
+            ...                           track_noise=True, micro_batch_size=32)
+            >>> accumulator.noise_scale is None
+            True
+        """
+        if self.noise is None:
+            raise ValueError("noise_scale needs Accumulator(..., track_noise=True)")
+        return self.noise.noise_scale()
 
     def _not_a_spike(self, finite, norm):
         """``finite`` and the norm within ``spike_factor`` of the running mean; updates the mean if so."""

@@ -20,13 +20,13 @@ def _micro_batch(inputs, i):
 
 
 def _add(accumulator, grads, counts, i, tally):
-    accumulator.add(grads)
+    accumulator.add(grads, None if counts is None else counts[i])
     return tally
 
 
 def _add_and_tally(accumulator, grads, counts, i, tally):
     """Adds, and tallies the micro-steps (and counts) ``add`` kept: for ``skip_nonfinite="micro_batch"``."""
-    kept = accumulator.add(grads)
+    kept = accumulator.add(grads, None if counts is None else counts[i])
     steps, weight = tally
     steps = steps + kept.astype(ms.int32)
     if counts is not None:

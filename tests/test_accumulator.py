@@ -7,8 +7,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from accumulator import Accumulator
-from helpers import (OPTIMIZERS, accumulated_step, assert_states_close, grad_fn_for, large_batch_step, make_data,
-                     make_net, make_optimizer, optimizer_state, reference_state, split)
+from helpers import (OPTIMIZERS, DoublingReducer, accumulated_step, assert_states_close, grad_fn_for,
+                     large_batch_step, make_data, make_net, make_optimizer, optimizer_state, reference_state, split)
 
 
 @pytest.mark.parametrize("optimizer_name", OPTIMIZERS)
@@ -58,23 +58,6 @@ def test_uneven_micro_batches_with_counts_equal_large_batch(mode, optimizer_name
     for data, label in split(x, y, [5, 3, 8]):
         step(data, label, Tensor(len(data), ms.int32))
     assert_states_close(optimizer_state(optimizer), expected)
-
-
-def _double(tensor):
-    return tensor * 2
-
-
-@ms.jit_class
-class DoublingReducer:
-    """Acts as an AllReduce over two ranks that saw the same data: every tensor, the weight too, doubles."""
-
-    def __init__(self):
-        self.seen_weight = Parameter(Tensor(0.0, ms.float32), name="seen_weight", requires_grad=False)
-        self.map = ops.HyperMap()
-
-    def __call__(self, tensors):
-        ops.assign(self.seen_weight, tensors[-1])
-        return self.map(_double, tensors)
 
 
 def test_grad_reducer_receives_and_returns_the_window_weight(mode):

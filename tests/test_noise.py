@@ -1,0 +1,183 @@
+"""Gradient-noise telemetry matches a numpy oracle and never changes the update."""
+import numpy as np
+import pytest
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn
+
+from accumulator import Accumulator, load_checkpoint, save_checkpoint
+from accumulator.noise import NOISE_DECAY
+from helpers import (DoublingReducer, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
+                     optimizer_state, split)
+
+SHAPES = [(3, 4), (4,)]
+
+
+class Free(nn.Cell):
+    """Parameters of SHAPES that the tests hand gradients for directly."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = Parameter(Tensor(np.zeros(SHAPES[0], np.float32)), name="a")
+        self.b = Parameter(Tensor(np.zeros(SHAPES[1], np.float32)), name="b")
+
+
+def tracking(**args):
+    optimizer = nn.SGD(Free().trainable_params(), 1e-3)
+    accumulator = Accumulator(optimizer, track_noise=True, **args)
+
+    def step(grads, count):
+        return accumulator(grads, count)
+
+    def step_without_count(grads):
+        return accumulator(grads)
+
+    return accumulator, ms.jit(step), ms.jit(step_without_count)
+
+
+def as_grads(flat):
+    return ms.mutable((Tensor(flat[:12].reshape(SHAPES[0]).astype(np.float32)),
+                       Tensor(flat[12:].astype(np.float32))))
+
+
+def oracle(windows):
+    """Bias-corrected averages of |G|² and tr(Σ) over windows of (mean gradients g_i, sizes b_i)."""
+    trace = gradient = 0.0
+    used = 0
+    for means, sizes in windows:
+        means, sizes = np.asarray(means, np.float64), np.asarray(sizes, np.float64)
+        total = sizes.sum()
+        mean_square = np.mean((means ** 2).sum(axis=1))
+        window = (means * sizes[:, None]).sum(axis=0) / total
+        t = (window ** 2).sum()
+        s = (mean_square - t) / (np.mean(1 / sizes) - 1 / total)
+        trace = NOISE_DECAY * trace + (1 - NOISE_DECAY) * s
+        gradient = NOISE_DECAY * gradient + (1 - NOISE_DECAY) * (t - s / total)
+        used += 1
+    correction = 1 - NOISE_DECAY ** used
+    return {"gradient_squared_norm": gradient / correction, "trace": trace / correction, "windows": used}
+
+
+def random_windows(rng, sizes_per_window):
+    return [(rng.normal(0.5, 1.0, (len(sizes), 16)), sizes) for sizes in sizes_per_window]
+
+
+def assert_record_close(record, expected):
+    assert record["windows"] == expected["windows"]
+    for key in ("gradient_squared_norm", "trace"):
+        np.testing.assert_allclose(record[key], expected[key], rtol=2e-4, err_msg=key)
+
+
+def test_uneven_counts_match_the_oracle(mode):
+    rng = np.random.default_rng(0)
+    windows = random_windows(rng, [[5, 3, 8], [2, 7, 4], [6, 6, 1]])
+    accumulator, step, _ = tracking(accumulate_step=3)
+    for means, sizes in windows:
+        for mean, size in zip(means, sizes):
+            # A summed loss's gradient: the micro-batch's mean gradient times its size.
+            step(as_grads(mean * size), Tensor(size, ms.float32))
+    assert_record_close(accumulator.noise.record(), oracle(windows))
+    expected = oracle(windows)
+    assert accumulator.noise_scale == pytest.approx(expected["trace"] / expected["gradient_squared_norm"], rel=2e-4)
+
+
+def test_equal_micro_batches_without_counts_use_micro_batch_size(mode):
+    rng = np.random.default_rng(1)
+    windows = random_windows(rng, [[32] * 4] * 3)
+    accumulator, _, step = tracking(accumulate_step=4, micro_batch_size=32)
+    for means, _ in windows:
+        for mean in means:
+            step(as_grads(mean))
+    assert_record_close(accumulator.noise.record(), oracle(windows))
+
+
+def test_the_noise_scale_of_known_gradients_is_found():
+    # g_i ~ N(G, Σ / b_i) with tr(Σ) = 16 * 4 and |G|² = 16 * 0.25: the noise scale is 16.
+    rng = np.random.default_rng(2)
+    sizes = [4, 8, 2, 6]
+    windows = [(np.array([rng.normal(0.5, 2.0 / np.sqrt(b), 16) for b in sizes]), sizes) for _ in range(150)]
+    accumulator, step, _ = tracking(accumulate_step=4)
+    for means, sizes_ in windows:
+        for mean, size in zip(means, sizes_):
+            step(as_grads(mean * size), Tensor(size, ms.float32))
+    assert accumulator.noise_scale == pytest.approx(16.0, rel=0.25)
+    assert_record_close(accumulator.noise.record(), oracle(windows))
+
+
+def test_under_data_parallel_the_sums_ride_the_reducer_and_b_counts_every_rank():
+    # Two ranks that saw the same micro-batches: the window holds each twice.
+    rng = np.random.default_rng(3)
+    windows = random_windows(rng, [[5, 3], [2, 7]])
+    accumulator, step, _ = tracking(accumulate_step=2, grad_reducer=DoublingReducer())
+    for means, sizes in windows:
+        for mean, size in zip(means, sizes):
+            step(as_grads(mean * size), Tensor(size, ms.float32))
+    union = [(np.concatenate([means, means]), sizes + sizes) for means, sizes in windows]
+    assert_record_close(accumulator.noise.record(), oracle(union))
+
+
+def test_loss_scaling_is_removed_before_the_norms():
+    rng = np.random.default_rng(4)
+    windows = random_windows(rng, [[4, 4, 4]] * 2)
+    scaler = ms.amp.StaticLossScaler(2.0 ** 10)
+    optimizer = nn.SGD(Free().trainable_params(), 1e-3)
+    accumulator = Accumulator(optimizer, 3, track_noise=True, micro_batch_size=4, loss_scaler=scaler)
+    step = ms.jit(accumulator.__call__)
+    for means, _ in windows:
+        for mean in means:
+            step(as_grads(mean * 2.0 ** 10))
+    assert_record_close(accumulator.noise.record(), oracle(windows))
+
+
+def test_skipped_windows_and_single_micro_batches_feed_nothing():
+    accumulator, _, step = tracking(accumulate_step=2, micro_batch_size=8)
+    nan = np.full(16, np.nan)
+    step(as_grads(np.ones(16)))
+    step(as_grads(nan))
+    assert int(accumulator.skipped_windows) == 1 and accumulator.noise_scale is None
+    single, _, single_step = tracking(accumulate_step=1, micro_batch_size=8)
+    for _ in range(3):
+        single_step(as_grads(np.ones(16)))
+    assert int(single.update_count) == 3 and single.noise.record()["windows"] == 0 and single.noise_scale is None
+
+
+def train(track_noise, windows, path=None, resume=None):
+    """Adam on the small net, 4 micro-batches of 4 per window, optionally checkpointed after 6 micro-steps."""
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4, track_noise=track_noise, micro_batch_size=4)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
+    start = 0
+    if resume:
+        load_checkpoint(resume, net, optimizer, accumulator)
+        start = 6
+    for index, (data, label) in enumerate(windows):
+        if index < start:
+            continue
+        step(data, label)
+        if path and index == 5:
+            save_checkpoint(path, net, optimizer, accumulator)
+    return optimizer_state(optimizer), accumulator
+
+
+def test_tracking_never_changes_the_update_and_survives_resume(tmp_path):
+    x, y = make_data(48)
+    batches = split(x, y, [4] * 12)
+    plain, _ = train(False, batches)
+    tracked, accumulator = train(True, batches, path=str(tmp_path / "mid.ckpt"))
+    for name in plain:
+        np.testing.assert_array_equal(tracked[name], plain[name], err_msg=name)
+    assert accumulator.noise.record()["windows"] == 3
+    _, resumed = train(True, batches, resume=str(tmp_path / "mid.ckpt"))
+    assert resumed.noise.record() == accumulator.noise.record()
+
+
+def test_tracking_needs_sizes_and_a_mean():
+    accumulator, _, step = tracking(accumulate_step=2)
+    with pytest.raises(ValueError, match="track_noise needs each micro-batch's sample count"):
+        step(as_grads(np.ones(16)))
+    assert int(accumulator.micro_step) == 0
+    optimizer = nn.SGD(Free().trainable_params(), 1e-3)
+    with pytest.raises(ValueError, match="track_noise needs reduction='mean'"):
+        Accumulator(optimizer, 2, reduction="sum", track_noise=True)
+    with pytest.raises(ValueError, match="noise_scale needs Accumulator"):
+        Accumulator(optimizer, 2).noise_scale
