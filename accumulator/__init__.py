@@ -11,11 +11,11 @@ from accumulator.accumulator import Accumulator
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
 from accumulator.files import write_atomically
-from accumulator.schedule import as_schedule
+from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "CheckpointMismatchError", "EquivalenceReport", "FlushAtEpochEnd",
-           "WindowAllReduce", "as_schedule", "check_equivalence", "load_checkpoint", "make_window_step",
-           "save_checkpoint", "training_state", "write_atomically"]
+           "NoiseScaleSchedule", "WindowAllReduce", "as_schedule", "check_equivalence", "load_checkpoint",
+           "make_window_step", "save_checkpoint", "training_state", "write_atomically"]

@@ -107,8 +107,9 @@ class Accumulator:
         optimizer: any ``mindspore.nn.Optimizer``. It runs once per window,
             so learning-rate lists and schedules advance per update.
         accumulate_step: micro-batches per window: a positive int, a dict
-            ``{update_count: N}`` or a callable ``update_count -> N`` (see
-            ``accumulator.schedule``). N changes only between windows.
+            ``{update_count: N}``, a callable ``update_count -> N`` or a
+            ``NoiseScaleSchedule`` (see ``accumulator.schedule``). N changes
+            only between windows.
         reduction: ``"mean"`` divides the window's sum by its number of
             micro-steps, or by the sum of counts when counts are passed;
             ``"sum"`` applies the raw sum.
@@ -269,6 +270,8 @@ class Accumulator:
         self.noise = NoiseTracker() if track_noise else None
         if track_noise:
             self._optional_state += self.noise.state_parameters()
+        if self.schedule.reads_state:
+            self.schedule.bind(self)
         # Set and cleared within one call (see _apply), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self.members = []

@@ -1,9 +1,11 @@
 """Accumulation schedules: how many micro-batches the next window holds.
 
 Each schedule is called inside the compiled step with the update count (an
-int32 scalar Tensor) and returns N for the next window. Two plain attributes
-are read on the host: ``first_step`` (N of the first window) and
-``fixed_step`` (N when it never changes, else ``None``).
+int32 scalar Tensor) and returns N for the next window. Three plain attributes
+are read on the host: ``first_step`` (N of the first window), ``fixed_step``
+(N when it never changes, else ``None``) and ``reads_state`` (True when N
+depends on more than the update count, so a checkpoint cannot be checked
+against it before it is loaded).
 """
 import numbers
 
@@ -22,6 +24,8 @@ class ConstantSchedule:
         >>> int(schedule(Tensor(7, ms.int32))), schedule.fixed_step
         (4, 4)
     """
+
+    reads_state = False
 
     def __init__(self, accumulate_step):
         self.first_step = self.fixed_step = positive_int(accumulate_step, "accumulate_step")
@@ -45,6 +49,7 @@ class PiecewiseSchedule:
     """
 
     fixed_step = None
+    reads_state = False
 
     def __init__(self, steps_by_update):
         keys = sorted(steps_by_update)
@@ -79,6 +84,7 @@ class CallableSchedule:
     """
 
     fixed_step = None
+    reads_state = False
 
     def __init__(self, fn):
         self.fn = fn
@@ -88,8 +94,74 @@ class CallableSchedule:
         return ops.maximum(ops.cast(self.fn(update_count), ms.int32), 1)
 
 
+@ms.jit_class
+class NoiseScaleSchedule:
+    """N that follows the measured gradient noise scale: an adaptive window.
+
+    Between windows, sets N so that the effective batch, micro-batch x N x
+    ranks, is near the accumulator's ``noise_scale`` (McCandlish et al.'s
+    critical batch), rounded and clamped to ``[min_step, max_step]``. N
+    moves only when the target is ``hysteresis`` times above or below it, so
+    noise in the estimate does not make it flap. Until there is an estimate
+    N stays at ``first_step``. The learning rate is left as you set it.
+
+    Needs ``Accumulator(..., track_noise=True)``; its state (the noise
+    averages and the current N) is the accumulator's, so a resumed run
+    chooses the same N.
+
+    Example:
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> schedule = NoiseScaleSchedule(micro_batch_size=32, min_step=1, max_step=16)
+        >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule,
+        ...                           track_noise=True, micro_batch_size=32)
+        >>> int(accumulator.accumulate_step), schedule.fixed_step
+        (2, None)
+    """
+
+    fixed_step = None
+    reads_state = True
+
+    def __init__(self, micro_batch_size, min_step=1, max_step=64, ranks=1, hysteresis=1.5, first_step=None):
+        self.micro_batch_size = positive_int(micro_batch_size, "micro_batch_size")
+        self.min_step = positive_int(min_step, "min_step")
+        self.max_step = positive_int(max_step, "max_step")
+        if self.max_step < self.min_step:
+            raise ValueError(f"max_step must be at least min_step={min_step}, got {max_step!r}")
+        self.ranks = positive_int(ranks, "ranks")
+        if isinstance(hysteresis, bool) or not isinstance(hysteresis, (int, float)) or not 1 <= hysteresis < 1e9:
+            raise ValueError(f"hysteresis must be a number of at least 1, got {hysteresis!r}")
+        self.hysteresis = float(hysteresis)
+        # Two micro-batches at least, where allowed: a window of one on one
+        # device has no second batch size to measure the noise against.
+        default_first = min(max(self.min_step, 2), self.max_step)
+        self.first_step = default_first if first_step is None else positive_int(first_step, "first_step")
+        if not self.min_step <= self.first_step <= self.max_step:
+            raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
+        self.noise = None
+        self.current = None
+
+    def bind(self, accumulator):
+        """Reads N and the noise averages from ``accumulator``; the Accumulator calls this itself."""
+        if accumulator.noise is None:
+            raise ValueError("NoiseScaleSchedule needs Accumulator(..., track_noise=True)")
+        self.noise = accumulator.noise
+        self.current = accumulator.accumulate_step
+
+    def __call__(self, update_count):
+        # The averages' ratio: their bias corrections are the same and cancel.
+        noise_scale = self.noise.trace / self.noise.gradient
+        target = ops.round(noise_scale / (self.micro_batch_size * self.ranks))
+        target = ops.clip_by_value(target, float(self.min_step), float(self.max_step))
+        current = self.current.astype(ms.float32)
+        far = ops.logical_or(target >= current * self.hysteresis, target * self.hysteresis <= current)
+        known = ops.logical_and(self.noise.windows > 0, self.noise.gradient > 0)
+        # A NaN target (no estimate yet) compares False everywhere: N stays.
+        return ops.select(ops.logical_and(known, far), target, current).astype(ms.int32)
+
+
 def as_schedule(accumulate_step):
-    """The schedule for an ``accumulate_step`` argument: an int, a dict or a callable.
+    """The schedule for an ``accumulate_step`` argument: an int, a dict, a callable or a schedule.
 
     Example:
         >>> as_schedule({0: 2, 10: 4}).first_step
@@ -99,6 +171,8 @@ def as_schedule(accumulate_step):
         ...
         ValueError: accumulate_step must be a positive int, got 0
     """
+    if isinstance(accumulate_step, NoiseScaleSchedule):
+        return accumulate_step
     if isinstance(accumulate_step, dict):
         return PiecewiseSchedule(accumulate_step)
     if callable(accumulate_step):

@@ -4,7 +4,7 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
-from accumulator import Accumulator, load_checkpoint, save_checkpoint
+from accumulator import Accumulator, NoiseScaleSchedule, load_checkpoint, save_checkpoint
 from accumulator.noise import NOISE_DECAY
 from helpers import (DoublingReducer, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, split)
@@ -181,3 +181,42 @@ def test_tracking_needs_sizes_and_a_mean():
         Accumulator(optimizer, 2, reduction="sum", track_noise=True)
     with pytest.raises(ValueError, match="noise_scale needs Accumulator"):
         Accumulator(optimizer, 2).noise_scale
+
+
+def adaptive_run(micro_steps, path=None, resume=None, save_at=None):
+    """Micro-batches of 4 with noise scale 16 (tr(Σ) = 64, |G|² = 4); returns the N of every window."""
+    rng = np.random.default_rng(5)
+    means = rng.normal(0.5, 2.0 / np.sqrt(4), (micro_steps, 16))
+    optimizer = nn.SGD(Free().trainable_params(), 1e-3)
+    schedule = NoiseScaleSchedule(micro_batch_size=4, min_step=1, max_step=16)
+    accumulator = Accumulator(optimizer, schedule, track_noise=True, micro_batch_size=4)
+    step = ms.jit(accumulator.__call__)
+    start = 0
+    if resume:
+        load_checkpoint(resume, Free(), optimizer, accumulator)
+        start = save_at
+    steps = []
+    for index in range(start, micro_steps):
+        if bool(step(as_grads(means[index]))):
+            steps.append(int(accumulator.accumulate_step))
+        if index + 1 == save_at and path:
+            save_checkpoint(path, Free(), optimizer, accumulator)
+    return steps
+
+
+def test_the_adaptive_window_settles_on_the_noise_scale_without_flapping(tmp_path):
+    steps = adaptive_run(600, path=str(tmp_path / "mid.ckpt"), save_at=301)
+    # Effective batch 4 x N near the noise scale 16: N = 4.
+    assert steps[-1] == 4
+    changes = sum(a != b for a, b in zip(steps, steps[1:]))
+    assert changes <= 3, steps
+    resumed = adaptive_run(600, resume=str(tmp_path / "mid.ckpt"), save_at=301)
+    assert resumed == steps[-len(resumed):]
+
+
+def test_the_adaptive_window_needs_noise_tracking():
+    optimizer = nn.SGD(Free().trainable_params(), 1e-3)
+    with pytest.raises(ValueError, match="NoiseScaleSchedule needs Accumulator"):
+        Accumulator(optimizer, NoiseScaleSchedule(micro_batch_size=4))
+    with pytest.raises(ValueError, match="max_step must be at least min_step=8, got 4"):
+        NoiseScaleSchedule(micro_batch_size=4, min_step=8, max_step=4)
