@@ -214,15 +214,26 @@ def _build_boost(spec):
 
 
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
-@register("acc_no_finite_check", "Accumulator with skip_nonfinite=False: the price of the per-window check",
-          modes=("graph",), experiment=True)
-def _build_acc_no_finite_check(spec):
-    from accumulator import Accumulator
+def _register_option(name, doc, **options):
+    """An experiment row: the Accumulator with ``options``, in the per-micro-step step."""
+    @register(name, f"Accumulator with {doc}", modes=("graph",), experiment=True)
+    def build(spec):
+        from accumulator import Accumulator
 
-    def make(optimizer, accumulate_step):
-        return Accumulator(optimizer, accumulate_step, skip_nonfinite=False)
+        def make(optimizer, accumulate_step):
+            # Noise tracking needs the micro-batch size: the spec's batch.
+            sizes = {"micro_batch_size": spec["batch"]} if options.get("track_noise") else {}
+            return Accumulator(optimizer, accumulate_step, **options, **sizes)
 
-    return _accumulating(spec, make)
+        return _accumulating(spec, make)
+    return build
+
+
+_register_option("acc_no_finite_check", "skip_nonfinite=False: the price of the per-window check",
+                 skip_nonfinite=False)
+_register_option("acc_micro_batch", "skip_nonfinite='micro_batch': a finiteness check per micro-step",
+                 skip_nonfinite="micro_batch")
+_register_option("acc_noise", "track_noise=True: a sum of squares per micro-step", track_noise=True)
 
 
 @register("acc_sum", "Accumulator(reduction='sum') with loss / N as the tutorial: no scaling pass per window",
