@@ -46,16 +46,22 @@ def hand_written_run(x, y):
     return optimizer_state(optimizer), losses
 
 
-def test_model_train_equals_the_hand_written_loop(tmp_path):
-    x, y = make_data(SAMPLES)
-    expected, expected_losses = hand_written_run(x, y)
-
+def model_train_setup(x, y, optimizer_name):
+    """Optimizer, accumulator (N=2), training cell and batched dataset, from make_net's weights."""
     net = make_net()
-    optimizer = make_optimizer("adam", net.trainable_params())
+    optimizer = make_optimizer(optimizer_name, net.trainable_params())
     accumulator = Accumulator(optimizer, 2)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     cell = AccumulationTrainCell(nn.WithLossCell(net, loss_fn), accumulator)
     dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(MICRO_BATCH)
+    return optimizer, accumulator, cell, dataset
+
+
+def test_model_train_equals_the_hand_written_loop(tmp_path):
+    x, y = make_data(SAMPLES)
+    expected, expected_losses = hand_written_run(x, y)
+
+    optimizer, accumulator, cell, dataset = model_train_setup(x, y, "adam")
     recorder = RecordLosses()
     saver = ModelCheckpoint("run", str(tmp_path), CheckpointConfig(save_checkpoint_steps=SAMPLES // MICRO_BATCH))
     Model(cell).train(EPOCHS, dataset, callbacks=[recorder, FlushAtEpochEnd(cell), saver],
@@ -78,12 +84,7 @@ def test_model_train_equals_the_hand_written_loop(tmp_path):
 
 def model_train_run(x, y, checkpoint_dir=None, resume_from=None):
     """Model.train for 3 epochs, saving every step into ``checkpoint_dir``, or resuming from a file it wrote."""
-    net = make_net()
-    optimizer = make_optimizer("momentum", net.trainable_params())
-    accumulator = Accumulator(optimizer, 2)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    cell = AccumulationTrainCell(nn.WithLossCell(net, loss_fn), accumulator)
-    dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(MICRO_BATCH)
+    optimizer, accumulator, cell, dataset = model_train_setup(x, y, "momentum")
     callbacks = [FlushAtEpochEnd(cell)]
     if checkpoint_dir:
         # The default CheckpointConfig: a file every step, mid-window ones included.
