@@ -7,6 +7,7 @@ from training.config import TrainConfig
 from training.context import configure_context
 from training.loop import train
 from training.mnist import mnist_task
+from training.outputs import check_outputs
 
 SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
@@ -61,6 +62,7 @@ def train_mnist_run(restore_mode):
     """
     def run(data_dir, **settings):
         config = configure_context(TrainConfig(**settings))
+        check_outputs(config)
         summary, trained = train(config, mnist_task(data_dir), progress=False)
         state = {param.name: param.asnumpy().copy() for param in trained.net.get_parameters()}
         state.update({name: param.asnumpy().copy() for name, param in trained.optimizer.parameters_and_names()})

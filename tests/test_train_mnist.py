@@ -7,21 +7,25 @@ import functools
 import http.server
 import json
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 
 import mindspore as ms
 import numpy as np
 import pytest
 
-from data.idx import SPLIT_FILES
+from data.idx import SPLIT_FILES, read_idx, write_idx_labels
 from data.mnist import MnistUnavailableError
 from helpers import run_msrun
 from scripts import train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.errors import TrainingError
+from training.mnist import SYNTHETIC_MARKER, mnist_task, prepare_mnist
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_mnist.py")
@@ -31,10 +35,15 @@ UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"
 pytestmark = pytest.mark.usefixtures("restore_mode")
 
 
-def run_script(*argv):
+def run_script(*argv, cwd=REPO_ROOT):
     """The script as a user runs it, in a fresh interpreter."""
-    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120,
-                          cwd=REPO_ROOT)
+    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def refused(result, message):
+    """The run ended with status 1 and ``error: <message>`` as its only output: nothing was trained."""
+    assert (result.returncode, result.stdout) == (1, ""), result.stdout + result.stderr
+    assert result.stderr == f"error: {message}\n"
 
 
 # ---------------------------------------------------------------- the command line
@@ -44,7 +53,7 @@ def test_help_explains_every_flag():
     assert result.returncode == 0, result.stderr
     for flag in ("--device-target", "--mode", "--batch-size", "--accumulate-step", "--epochs", "--lr",
                  "--optimizer", "--data-dir", "--synthetic", "--seed", "--shuffle", "--no-shuffle",
-                 "--drop-last", "--ckpt-dir", "--resume", "--log-json", "--plot"):
+                 "--drop-last", "--ckpt-dir", "--resume", "--overwrite", "--log-json", "--plot"):
         assert flag in result.stdout
     assert "{CPU,GPU,Ascend}" in result.stdout and "{sgd,momentum,adam}" in result.stdout
     assert "--mnist-url" not in result.stdout  # hidden: tests and mirrors only
@@ -68,6 +77,13 @@ def test_flag_combinations_are_checked_before_anything_runs(capsys):
         train_mnist.parse_args(["--resume"])
     assert caught.value.code == 2
     assert "--resume needs --ckpt-dir" in capsys.readouterr().err
+    for argv, message in ((["--overwrite"], "--overwrite needs --ckpt-dir"),
+                          (["--ckpt-dir", "c", "--resume", "--overwrite"],
+                           "--resume and --overwrite exclude each other"),
+                          (["--ckpt-dir", "c", "--over"], "unrecognized arguments: --over")):  # exact flags only
+        with pytest.raises(SystemExit) as caught:
+            train_mnist.parse_args(argv)
+        assert caught.value.code == 2 and message in capsys.readouterr().err
     config, data_flags = train_mnist.parse_args(["--device-target", "cpu", "--mode", "PyNative", "--no-shuffle",
                                                  "--drop-last", "--data-dir", "here"])
     assert (config.device_target, config.mode, config.shuffle, config.drop_last) == ("CPU", "pynative", False, True)
@@ -192,11 +208,156 @@ def test_corrupt_files_give_a_clear_error(synthetic_mnist_dir, tmp_path, monkeyp
     assert not os.path.exists(fresh_dir)
 
 
-def test_synthetic_never_overwrites_another_data_set(synthetic_mnist_dir, capsys):
-    with pytest.raises(SystemExit) as caught:
-        train_mnist.main(["--synthetic", "--data-dir", synthetic_mnist_dir])
-    assert caught.value.code == 1
-    assert "--synthetic will not overwrite it" in capsys.readouterr().err
+def test_synthetic_data_never_lands_among_real_mnist_files(synthetic_mnist_dir, tmp_path):
+    # A folder holding MNIST files that are invalid or partial: they were replaced, silently.
+    partial = shutil.copytree(synthetic_mnist_dir, tmp_path / "partial")
+    truncated = os.path.join(partial, "test", SPLIT_FILES["test"][0])
+    os.truncate(truncated, 100)
+    os.remove(os.path.join(partial, "test", SPLIT_FILES["test"][1]))
+    train_images = os.path.join(partial, "train", SPLIT_FILES["train"][0])
+    before = {path: open(path, "rb").read() for path in (truncated, train_images)}
+    refused(run_script("--synthetic", "--data-dir", str(partial)),
+            f"--synthetic will not write into --data-dir {partial}: it holds MNIST files that --synthetic did not "
+            f"write ({train_images}); choose another folder")
+    assert {path: open(path, "rb").read() for path in before} == before
+    assert not os.path.exists(os.path.join(partial, SYNTHETIC_MARKER))
+
+    # The folder real MNIST is downloaded to, even empty.
+    refused(run_script("--synthetic", "--data-dir", "MNIST_Data"),
+            "--synthetic will not write into --data-dir MNIST_Data: real MNIST is downloaded there; choose another "
+            "folder, or leave out --data-dir for a temporary one")
+
+    # A folder --synthetic filled is marked: a run without --synthetic refuses it; the first line says which data.
+    marked = str(tmp_path / "marked")
+    with contextlib.ExitStack() as stack:
+        prepare_mnist(marked, synthetic=True, url=None, stack=stack)
+    assert mnist_task(marked).description.startswith(f"synthetic MNIST look-alike from {marked}: 6000 train")
+    assert mnist_task(synthetic_mnist_dir).description.startswith(f"MNIST from {synthetic_mnist_dir}: 200 train")
+    refused(run_script("--data-dir", marked, "--mnist-url", UNREACHABLE_URL),
+            f"{marked} holds the synthetic look-alike that --synthetic wrote, not MNIST ({SYNTHETIC_MARKER}): "
+            "add --synthetic to train on it, or choose another --data-dir")
+
+
+# ---------------------------------------------------------------- checked before any work
+
+def _outputs_case(tmp_path, case):
+    """``(argv, message)`` of an output path the run cannot write; ``tmp_path`` holds one file, ``a_file``."""
+    a_file = str(tmp_path / "a_file")
+    return {
+        "ckpt-dir is a file": (["--ckpt-dir", a_file], f"--ckpt-dir {a_file}: is a file; name a folder"),
+        "log-json is a folder": (["--log-json", str(tmp_path)], f"--log-json {tmp_path}: is a folder; name a file"),
+        "log-json under a file": (["--log-json", f"{a_file}/logs/run.json"],
+                                  f"--log-json {a_file}/logs/run.json: {a_file} is a file, not a folder"),
+        "log-json in /proc": (["--log-json", "/proc/run.json"],
+                              "--log-json /proc/run.json: cannot create a file in /proc (No such file or directory)"),
+        "plot under a file": (["--plot", f"{a_file}/run.png"],
+                              f"--plot {a_file}/run.png: {a_file} is a file, not a folder"),
+    }[case]
+
+
+@pytest.mark.parametrize("case", ["ckpt-dir is a file", "log-json is a folder", "log-json under a file",
+                                  "log-json in /proc", "plot under a file"])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(synthetic_mnist_dir, tmp_path, case):
+    # Tests run as root here, for whom no permission bit refuses a write: a file in the way does, and /proc.
+    if case.startswith("plot"):
+        pytest.importorskip("matplotlib")
+    (tmp_path / "a_file").write_text("")
+    argv, message = _outputs_case(tmp_path, case)
+    # --ckpt-dir a valid one, so that each case is refused for its own flag and nothing else.
+    refused(run_script("--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(tmp_path / "ckpt"), *argv), message)
+    assert os.listdir(tmp_path) == ["a_file"]  # nothing created, not even the valid --ckpt-dir
+
+
+def test_resume_without_a_checkpoint_is_an_error(synthetic_mnist_dir, tmp_path):
+    typo = str(tmp_path / "rnus" / "a")
+    refused(run_script("--data-dir", synthetic_mnist_dir, "--ckpt-dir", typo, "--resume"),
+            f"--resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir {typo}; check the folder, or leave out --resume "
+            "to start afresh")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_used_ckpt_dir_needs_resume_or_overwrite(synthetic_mnist_dir, tmp_path):
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt_dir.mkdir()
+    for old in ("epoch_001.ckpt", "epoch_005.ckpt"):  # another run's: what they hold does not matter here
+        (ckpt_dir / old).write_text("another run")
+    (ckpt_dir / "notes.txt").write_text("mine")
+    common = ["--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(ckpt_dir), "--epochs", "1"]
+    refused(run_script(*common),
+            f"--ckpt-dir {ckpt_dir} holds another run's checkpoints (newest epoch_005.ckpt): add --resume to continue "
+            "that run, --overwrite to replace it, or choose another --ckpt-dir")
+    assert sorted(os.listdir(ckpt_dir)) == ["epoch_001.ckpt", "epoch_005.ckpt", "notes.txt"]
+
+    result = run_script(*common, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(ckpt_dir)) == ["epoch_001.ckpt", "notes.txt"]
+    assert int(ms.load_checkpoint(str(ckpt_dir / "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
+
+
+def test_bad_labels_are_refused_before_training(synthetic_mnist_dir, tmp_path):
+    data_dir = shutil.copytree(synthetic_mnist_dir, tmp_path / "mnist")
+    labels_path = os.path.join(data_dir, "train", SPLIT_FILES["train"][1])
+    labels = read_idx(labels_path).copy()
+    labels[3] = 42
+    write_idx_labels(labels_path, labels)
+    # Invalid local files are downloaded afresh (offline here), and the message says what was wrong with them.
+    result = run_script("--data-dir", str(data_dir), "--mnist-url", UNREACHABLE_URL)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.startswith(f"error: The MNIST files in {data_dir} are not usable: {labels_path}: label 42 at "
+                                    "index 3 is not a class in [0, 10)\nCould not download MNIST")
+
+
+def test_a_run_that_would_train_nothing_is_refused(synthetic_mnist_dir):
+    refused(run_script("--data-dir", synthetic_mnist_dir, "--batch-size", "256", "--drop-last"),
+            "--batch-size 256 with --drop-last leaves nothing to train: the training split has 200 samples")
+
+
+# ---------------------------------------------------------------- Ctrl-C and SIGTERM
+
+def _wait_for(path, process, timeout=120):
+    started = time.monotonic()
+    while not os.path.exists(path):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() - started < timeout, f"no {path} after {timeout} s"
+        time.sleep(0.05)
+
+
+def _last_line(text):
+    # The progress bar shares stderr and redraws its line with carriage returns.
+    return text.replace("\r", "\n").strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_ends_the_run_cleanly_and_the_printed_command_resumes_it(tmp_path, signum, status):
+    # MindSpore turns Ctrl-C into SIGTERM once a graph has run: the run ended with 143, no
+    # message, and its temporary --synthetic folder left behind. TMPDIR shows what is left.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    argv = [sys.executable, SCRIPT, "--synthetic", "--epochs", "3", "--ckpt-dir", "my ckpt"]
+    process = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(tmp_path / "my ckpt" / "epoch_001.ckpt", process)
+    process.send_signal(signum)  # epochs 2 and 3 take over a second each: it lands mid-run
+    out, err = process.communicate(timeout=60)
+
+    assert process.returncode == status, err
+    assert out.startswith(f"synthetic MNIST look-alike from {temporary}{os.sep}mnist_synthetic_")
+    resume_command = shlex.join([*argv, "--resume"])  # 'my ckpt' quoted
+    assert _last_line(err) == (f"interrupted by {signal.Signals(signum).name}; epoch 1 is saved in "
+                               f"my ckpt/epoch_001.ckpt; resume with: {resume_command}")
+    assert "Traceback" not in err and "Failed to save" not in err
+    assert os.listdir(temporary) == []
+    assert os.listdir(tmp_path / "my ckpt") == ["epoch_001.ckpt"]
+    assert int(ms.load_checkpoint(str(tmp_path / "my ckpt" / "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
+
+    resumed = subprocess.run(shlex.split(resume_command), cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from my ckpt/epoch_001.ckpt (epoch 1)" in resumed.stdout
+    assert "epoch 3/3: train loss" in resumed.stdout
+    assert sorted(os.listdir(tmp_path / "my ckpt")) == ["epoch_001.ckpt", "epoch_002.ckpt", "epoch_003.ckpt"]
+    assert os.listdir(temporary) == []
 
 
 # ---------------------------------------------------------------- failures
@@ -205,7 +366,7 @@ def test_synthetic_never_overwrites_another_data_set(synthetic_mnist_dir, capsys
     (TrainingError("could not write checkpoint c/epoch_002.ckpt: No space left on device; epoch_001.ckpt is intact"),
      1, "error: could not write checkpoint c/epoch_002.ckpt: No space left on device; epoch_001.ckpt is intact"),
     (MnistUnavailableError("Could not download MNIST"), 1, "error: Could not download MNIST"),
-    (KeyboardInterrupt(), 130, "interrupted (resume with --resume)"),
+    (KeyboardInterrupt(), 130, "interrupted by SIGINT; no checkpoint was written yet: nothing to resume"),
 ])
 def test_failures_the_user_can_fix_exit_with_a_message_and_no_traceback(synthetic_mnist_dir, monkeypatch, capsys,
                                                                         error, code, message):

@@ -1,12 +1,20 @@
 """training.checkpoints: per-epoch saves, exact resume, and the faults that must not lose a run."""
 import os
+import random
+import signal
+import subprocess
+import sys
+import time
 
 import mindspore as ms
 import numpy as np
 import pytest
 
-from training.checkpoints import checkpoint_path, find_checkpoints
+from training.checkpoints import CHECKPOINT_NAME, checkpoint_path, find_checkpoints
 from training.errors import TrainingError
+from training.interrupts import Interrupted, signals_raise_interrupted
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_worker.py")
 
 
 def test_checkpoints_are_found_newest_epoch_first(tmp_path):
@@ -54,3 +62,72 @@ def test_resume_equals_an_uninterrupted_run_and_a_failed_save_keeps_the_last(syn
     # Resuming with settings that change the data order would not be exact: refused.
     with pytest.raises(TrainingError, match="--seed was 0, now 1"):
         train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir, resume=True, seed=1, **flags)
+
+
+def test_a_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(synthetic_mnist_dir, tmp_path,
+                                                                                 train_mnist_run, monkeypatch):
+    ckpt_dir = str(tmp_path / "ckpt")
+    real_save = ms.save_checkpoint
+
+    def save_while_a_signal_comes(save_obj, ckpt_file_name, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, before the file is written
+        real_save(save_obj, ckpt_file_name, **kwargs)
+
+    monkeypatch.setattr(ms, "save_checkpoint", save_while_a_signal_comes)
+    with pytest.raises(Interrupted) as caught, signals_raise_interrupted():
+        train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir)
+    assert caught.value.name == "SIGTERM"
+    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]  # written whole, then the run stopped
+    assert int(ms.load_checkpoint(os.path.join(ckpt_dir, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
+
+
+@pytest.mark.slow
+def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_the_uninterrupted_one(
+        synthetic_mnist_dir, tmp_path):
+    epochs = 12  # beyond what five attempts reach even if every kill came after its save
+
+    def worker(ckpt_dir):
+        return subprocess.Popen([sys.executable, WORKER, synthetic_mnist_dir, str(ckpt_dir), str(epochs)],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    straight = tmp_path / "straight"
+    assert worker(straight).wait(timeout=300) == 0
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+
+    def temporaries():
+        return {name for name in os.listdir(killed) if not CHECKPOINT_NAME.match(name)}
+
+    delays = random.Random(0)
+    mid_write = 0
+    for attempt in range(1, 6):
+        stale = temporaries()  # left by earlier kills: the runs must ignore them
+        process = worker(killed)
+        saves = 0
+        while saves < 2:  # one save completes, so each attempt gets further; the second is killed
+            line = process.stdout.readline()
+            assert line, "the worker ended before its second save"
+            saves += line.startswith("saving")
+        # Kill at a random moment once the write has begun (a save takes 10-50 ms here;
+        # a fixed delay after "saving" missed the write under some loads).
+        while not temporaries() - stale:
+            assert process.poll() is None, "the worker ended during its save"
+            time.sleep(0.001)
+        time.sleep(delays.uniform(0, 0.01))
+        process.kill()
+        process.wait()
+        mid_write += bool(temporaries() - stale)
+        newest = find_checkpoints(str(killed))[0]  # the one before the killed write, whole
+        assert int(ms.load_checkpoint(newest)["epoch"].asnumpy()) == int(CHECKPOINT_NAME.match(
+            os.path.basename(newest)).group(1)) >= attempt
+    assert mid_write, "no kill landed while a checkpoint was being written"  # 4 or 5 of 5 do here
+
+    process = worker(killed)
+    assert process.wait(timeout=300) == 0
+    expected = ms.load_checkpoint(checkpoint_path(str(straight), epochs))
+    resumed = ms.load_checkpoint(checkpoint_path(str(killed), epochs))
+    assert expected.keys() == resumed.keys()
+    for name in expected.keys() - {"history"}:  # the history's timings differ
+        as_array = (lambda value: value) if isinstance(expected[name], str) else ms.Tensor.asnumpy
+        np.testing.assert_array_equal(as_array(resumed[name]), as_array(expected[name]), err_msg=name)

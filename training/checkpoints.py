@@ -63,7 +63,7 @@ def check_ckpt_dir(config):
         >>> check_ckpt_dir(TrainConfig(ckpt_dir=folder, resume=True))
         Traceback (most recent call last):
         ...
-        training.errors.TrainingError: --resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir ...; check the folder, or leave out --resume to start afresh
+        training.errors.TrainingError: --resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir ...; check the ...
     """
     if not config.ckpt_dir:
         return

@@ -194,7 +194,7 @@ def check_trainable(config, task):
         >>> check_trainable(TrainConfig(batch_size=16, drop_last=True), toy_task(8))
         Traceback (most recent call last):
         ...
-        training.errors.TrainingError: --batch-size 16 with --drop-last leaves nothing to train: the training split has 8 samples
+        training.errors.TrainingError: --batch-size 16 with --drop-last leaves nothing to train: the training ...
     """
     per_rank = _samples_per_rank(config, task)
     if config.drop_last and config.batch_size > per_rank:
