@@ -1,9 +1,12 @@
 """training.loop: accumulated micro-batches train exactly like one large batch, in every way of running."""
+import re
+
 import numpy as np
 import pytest
 
 from training.config import TrainConfig
-from training.loop import build_run, train_epoch
+from training.errors import TrainingError
+from training.loop import build_run, check_trainable, train, train_epoch
 from training.mnist import mnist_task
 from training.task import toy_task
 
@@ -72,3 +75,15 @@ def test_an_epoch_counts_its_samples_and_applies_the_short_last_window(drop_last
     stats = train_epoch(run, toy_task(10), config, epoch=1, progress=False)
     assert stats["samples"] == samples and stats["seconds"] > 0
     assert (int(run.accumulator.update_count), int(run.accumulator.micro_step)) == (updates, 0)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(batch_size=16, drop_last=True), "--batch-size 16 with --drop-last leaves nothing to train: the training split "
+                                          "has 10 samples"),
+    (dict(batch_size=6, drop_last=True, distributed=True, ranks=2),
+     "--batch-size 6 with --drop-last leaves nothing to train: each of the 2 ranks reads 5 of the 10 training samples"),
+])
+def test_a_run_that_would_train_nothing_is_refused_before_anything_is_built(settings, message):
+    with pytest.raises(TrainingError, match=re.escape(message)):
+        train(TrainConfig(mode="pynative", **settings), toy_task(10), progress=False)
+    check_trainable(TrainConfig(batch_size=5, drop_last=True, distributed=True, ranks=2), toy_task(10))  # one each
