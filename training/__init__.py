@@ -4,7 +4,9 @@ Read in this order: ``config`` (``TrainConfig``, every setting checked once),
 ``task`` (what is trained: the seam to a data set and a network), ``loop``
 (``train``: build, train, evaluate), ``checkpoints`` (per-epoch saves and
 exact resume), ``records`` (printed lines, summary, JSON log, plot);
-``context`` sets MindSpore's device and mode, ``optimizers`` maps names to
-optimizers, ``mnist`` is the MNIST task, ``arguments`` the command-line
-types, ``errors`` the error a run reports to its user.
+``outputs`` checks before any work that every output can be written,
+``interrupts`` turns Ctrl-C and SIGTERM into an exception that unwinds a
+run, ``context`` sets MindSpore's device and mode, ``optimizers`` maps
+names to optimizers, ``mnist`` is the MNIST task, ``arguments`` the
+command-line types, ``errors`` the error a run reports to its user.
 """
