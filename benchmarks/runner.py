@@ -57,18 +57,32 @@ def run_worker(config, seconds, blocks, device_target="CPU", timeout=300):
     """
     timing = dict(seconds=seconds, blocks=blocks) if config["kind"] == "speed" else dict(seconds=0, blocks=1)
     spec = dict(config, device_target=device_target, **timing)
-    command = [sys.executable, "-m", "benchmarks.worker", json.dumps(spec)]
+    return dict(config, **run_module("benchmarks.worker", spec, config["blocking"], timeout))
+
+
+def run_module(module, spec, blocking, timeout=300):
+    """Runs ``python -m module SPEC`` in a fresh interpreter and a scratch folder; returns what it measured.
+
+    ``spec`` goes to the module as JSON; its last ``RESULT`` line comes
+    back as a dict, with ``load_before``, the 1-minute load before the
+    start. A failure gives ``error``, the tail of its output, instead.
+
+    Example:
+        >>> result = run_module("benchmarks.worker", {"contender": "nope"}, blocking="1")
+        >>> result["error"].splitlines()[-1], "load_before" in result
+        ("KeyError: 'nope'", True)
+    """
+    command = [sys.executable, "-m", module, json.dumps(spec)]
     # Other processes on the machine skew timings: record the load to judge them by.
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
-        done = subprocess.run(command, env=worker_env(config["blocking"]), capture_output=True, text=True,
+        done = subprocess.run(command, env=worker_env(blocking), capture_output=True, text=True,
                               timeout=timeout, cwd=scratch)
-    config = dict(config, load_before=load)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
-        return dict(config, error="\n".join(tail) or f"exit code {done.returncode}")
-    return dict(config, **json.loads(lines[-1][len(RESULT_PREFIX):]))
+        return dict(load_before=load, error="\n".join(tail) or f"exit code {done.returncode}")
+    return dict(json.loads(lines[-1][len(RESULT_PREFIX):]), load_before=load)
 
 
 def run_configs(configs, repeats, seconds, blocks, device_target="CPU", timeout=300, log=None):

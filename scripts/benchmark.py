@@ -16,6 +16,7 @@ Examples:
     python scripts/benchmark.py --json bench.json --plot bench.png
     python scripts/benchmark.py --nets wide --contenders plain_micro,accumulator
     python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
+    python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step and PyTorch
 """
 import argparse
 import os
@@ -50,7 +51,8 @@ def parse_args(argv=None):
     parser.add_argument("--modes", default="graph,pynative", type=name_list(MODES),
                         help="comma list of " + ", ".join(MODES))
     parser.add_argument("--batch", "-B", type=positive(int), default=32, help="micro-batch size B")
-    parser.add_argument("--accumulate", "-N", type=positive(int), default=8, help="micro-batches per window N")
+    parser.add_argument("--accumulate", "-N", type=positive(int), default=None,
+                        help="micro-batches per window N (default 8; with --end-to-end 2, as train_mnist.py)")
     parser.add_argument("--repeats", type=positive(int), default=2, help="alternating rounds over all configurations")
     # A window of the wide net takes ~0.4 s: with 1 s per worker, medians of
     # the same configuration moved by 10-15% between runs; 4 s steadies them.
@@ -66,9 +68,20 @@ def parse_args(argv=None):
     parser.add_argument("--plot", help="write a PNG (needs matplotlib) to this path")
     parser.add_argument("--kernels", action="store_true",
                         help="time single kernels (MatMul, AssignAdd, sums) in MindSpore and PyTorch, then stop")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="time train_mnist.py's training (training.train_epoch, data from memory) against "
+                             "its own compiled step on Tensors in memory, the mindspore.dataset pipeline and "
+                             "PyTorch, per-micro-step and --window-step, then stop")
+    parser.add_argument("--epochs", type=positive(int), default=6,
+                        help="with --end-to-end: epochs per worker, the first (compile) reported apart")
+    parser.add_argument("--data-dir", default=None, metavar="DIR",
+                        help="with --end-to-end: MNIST's train/ and test/ (default: train_mnist.py's --synthetic set)")
     parser.add_argument("--quick", action="store_true",
-                        help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep")
+                        help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep "
+                             "(--end-to-end: 1 repeat of 3 epochs)")
     args = parser.parse_args(argv)
+    if args.accumulate is None:
+        args.accumulate = 2 if args.end_to_end else 8
     missing = [name for name in args.contenders if not CONTENDERS[name].available()]
     if missing:
         parser.error(f"argument --contenders: {', '.join(missing)} cannot run here: "
@@ -76,7 +89,39 @@ def parse_args(argv=None):
                      f"(available: {', '.join(available_contenders(experiments=True))})")
     if args.quick:
         args.modes, args.repeats, args.seconds, args.blocks, args.sweep = ["graph"], 1, 0.5, 3, [1, 8]
+        args.epochs = min(args.epochs, 3)
+    if args.end_to_end and args.epochs < 2:
+        parser.error("argument --epochs: --end-to-end needs 2 or more (the first compiles and is reported apart)")
     return args
+
+
+def end_to_end(args):
+    """The ``--end-to-end`` run: table, targets and load note printed, JSON and plot written; the exit status.
+
+    Example:
+        >>> end_to_end(parse_args(["--end-to-end", "--quick"]))  # a few minutes  # doctest: +SKIP
+        0
+    """
+    from benchmarks import end_to_end as e2e
+    specs = e2e.make_specs(args.batch, args.accumulate, args.epochs, args.data_dir, device_target=args.device_target)
+    runs = e2e.run_end_to_end(specs, args.repeats, args.timeout)
+    rows = e2e.summarize(runs)
+    checks = e2e.check_targets(rows)
+    data = args.data_dir or "the --synthetic set"
+    print(e2e.format_table(rows, f"end to end: {data}, batch {args.batch} x {args.accumulate}, graph mode on "
+                                 f"{args.device_target}, {args.repeats} x {args.epochs} epochs per step"))
+    if checks:
+        print(format_targets(checks))
+    load = note_load(runs)
+    if load:
+        print(load)
+    if args.json:
+        write_json(args.json, settings=vars(args), runs=runs, rows=rows, targets=checks)
+    if args.plot:
+        from benchmarks.plot import plot_end_to_end
+        if not plot_end_to_end(rows, args.plot):
+            return 2
+    return 1 if any("error" in row for row in rows) else 0
 
 
 def main(argv=None):
@@ -92,6 +137,8 @@ def main(argv=None):
     if args.kernels:
         from benchmarks.kernels import report_kernels
         return report_kernels(args.device_target, args.json)
+    if args.end_to_end:
+        return end_to_end(args)
     names = args.contenders or available_contenders(args.experiments)
     configs = make_configs(args.nets, args.modes, names, args.batch, args.accumulate, args.sweep, args.sweep_net)
     runs = run_configs(configs, args.repeats, args.seconds, args.blocks, args.device_target, args.timeout)

@@ -1,0 +1,87 @@
+"""benchmarks/end_to_end.py: the training tool's epochs against its own step, and the script's --end-to-end."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import end_to_end
+from data.idx import write_synthetic_mnist
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "benchmark.py")
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@pytest.fixture(scope="module")
+def tiny_mnist(tmp_path_factory):
+    folder = str(tmp_path_factory.mktemp("tiny_mnist"))
+    write_synthetic_mnist(folder, n_train=80, n_test=16, seed=0)  # batches of 16: 5, the last window short
+    return folder
+
+
+def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist, restore_mode):
+    runs = []
+    for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist):
+        runs.append(dict(spec, **end_to_end.measure(spec, progress=False)))
+    expected = {"micro": ["tool", "ceiling", "engine"], "window": ["tool", "ceiling"], "torch": ["loop"]}
+    assert [run["step"] for run in runs] == ["micro", "window"] + (["torch"] if HAS_TORCH else [])
+    for run in runs:
+        assert list(run["epochs"]) == expected[run["step"]]
+        assert run["first"]["samples"] == 80 and run["first"]["seconds"] > 0
+        for epochs in run["epochs"].values():
+            assert [epoch["samples"] for epoch in epochs] == [80, 80]  # every sample, the short batch too
+            assert all(epoch["seconds"] > 0 for epoch in epochs)
+
+    rows = end_to_end.summarize(runs)
+    assert [(row["step"], row["pipeline"]) for row in rows] == [
+        (run["step"], pipeline) for run in runs for pipeline in expected[run["step"]]]
+    tools = [row for row in rows if row["pipeline"] == "tool"]
+    assert all(row["vs_ceiling"] > 0 and row["first_epoch_s"] > 0 for row in tools)
+    checks = end_to_end.check_targets(rows)
+    assert len(checks) == 4 and all(isinstance(check["met"], bool) for check in checks)
+    table = end_to_end.format_table(rows)
+    assert "training tool (data in memory)" in table and "tool on mindspore.dataset" in table
+    assert ("PyTorch's loop:" in table) == HAS_TORCH
+
+
+def _epochs(seconds, samples=600):
+    return [dict(seconds=s, samples=samples) for s in seconds]
+
+
+def test_ratios_pair_each_tool_with_its_own_ceiling_and_targets_need_median_and_fastest():
+    runs = [dict(step="micro", first=dict(seconds=1.5, samples=600),
+                 epochs={"tool": _epochs([0.2, 0.3, 0.25]), "ceiling": _epochs([0.2, 0.2, 0.2]),
+                         "engine": _epochs([0.5, 0.5, 0.5])}),
+            dict(step="window", first=dict(seconds=4.0, samples=600),
+                 epochs={"tool": _epochs([0.1, 0.105, 0.105]), "ceiling": _epochs([0.1, 0.1, 0.1])}),
+            dict(step="torch", error="Traceback\nImportError: no torch")]
+    rows = {(row["step"], row["pipeline"]): row for row in end_to_end.summarize(runs)}
+    micro = rows[("micro", "tool")]
+    assert micro["vs_ceiling"] == pytest.approx(0.8) and micro["min_vs_ceiling"] == pytest.approx(1.0)
+    assert micro["first_extra_s"] == pytest.approx(1.25)
+    assert rows[("micro", "engine")]["vs_ceiling"] == pytest.approx(0.4)
+    assert rows[("window", "tool")]["vs_ceiling"] == pytest.approx(0.1 / 0.105)
+    assert rows[("torch", "loop")]["error"].endswith("no torch")
+    checks = {check["target"]: check["met"] for check in end_to_end.check_targets(list(rows.values()))}
+    assert checks == {
+        "end to end, per-micro-step: training tool >= 0.90x its step on Tensors in memory": False,  # 0.8x median
+        "end to end, per-micro-step: first epoch within 2.0 s of a steady one": True,
+        "end to end, window step: training tool >= 0.90x its step on Tensors in memory": True,
+        "end to end, window step: first epoch within 2.0 s of a steady one": False,  # +3.9 s
+    }
+    assert "ERROR ImportError: no torch" in end_to_end.format_table(list(rows.values()))
+
+
+def test_the_script_takes_train_mnists_window_and_refuses_a_single_epoch():
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    try:
+        import benchmark
+    finally:
+        sys.path.remove(os.path.dirname(SCRIPT))
+    assert benchmark.parse_args(["--end-to-end"]).accumulate == 2
+    assert benchmark.parse_args([]).accumulate == 8
+    assert benchmark.parse_args(["--end-to-end", "--quick", "-N", "4"]).epochs == 3
+    done = subprocess.run([sys.executable, SCRIPT, "--end-to-end", "--epochs", "1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "--end-to-end needs 2 or more" in done.stderr and done.stdout == ""
