@@ -98,8 +98,9 @@ def resume_hint(config, command, since):
 
     ``command`` is the run's command line as a list: interpreter, script,
     arguments. ``since`` is the ``time.time()`` at which the run started:
-    without ``resume``, only checkpoints written since then are this run's
-    (those of a run that ``overwrite`` was replacing may still be there).
+    with ``overwrite``, only checkpoints written since then are this run's
+    (those of the run it replaces stay until training starts). Otherwise
+    every checkpoint is: the folder held none, or ``resume`` continued them.
     The command to resume is ``command`` with ``--resume`` (and without
     ``--overwrite``), shell-quoted; under ``distributed``, as msrun's script.
 
@@ -116,7 +117,8 @@ def resume_hint(config, command, since):
     """
     if not config.ckpt_dir:
         return "nothing was saved (no --ckpt-dir)"
-    saved = [path for path in find_checkpoints(config.ckpt_dir) if config.resume or os.path.getmtime(path) >= since]
+    saved = [path for path in find_checkpoints(config.ckpt_dir)
+             if not config.overwrite or os.path.getmtime(path) >= since]
     if not saved:
         return "no checkpoint was written yet: nothing to resume"
     words = [word for word in command if word != "--overwrite"] + ([] if config.resume else ["--resume"])
