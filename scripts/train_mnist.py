@@ -38,10 +38,10 @@ if __name__ == "__main__":
 from data.idx import MnistFormatError  # noqa: E402
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError  # noqa: E402
 from training.arguments import device_target, non_negative_int, one_of, positive_float, positive_int  # noqa: E402
+from training.checkpoints import resume_hint  # noqa: E402
 from training.config import DEVICES, MODES, TrainConfig  # noqa: E402
 from training.context import configure_context  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
-from training.checkpoints import resume_hint  # noqa: E402
 from training.loop import train  # noqa: E402
 from training.mnist import SYNTHETIC_SIZES, mnist_task, prepare_mnist  # noqa: E402
 from training.optimizers import MOMENTUM  # noqa: E402
@@ -179,7 +179,8 @@ def main(argv=None):
     command = [sys.executable, *(sys.argv if argv is None else [__file__, *argv])]
     try:
         with contextlib.ExitStack() as stack:
-            stack.enter_context(signals_raise_interrupted())  # entered first, so it is left last
+            # First in, last out: a second signal cannot cut short the removal of the temporary data.
+            stack.enter_context(signals_raise_interrupted())
             check_outputs(config)
             config = configure_context(config)  # before the data: a missing device should not wait for a download
             data_dir = prepare_mnist(data_flags["data_dir"], data_flags["synthetic"], data_flags["mnist_url"], stack)
