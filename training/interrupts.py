@@ -85,7 +85,8 @@ class _Receiver(threading.Thread):
             if self.stopping:
                 return
             self.received.append(signum)
-            # Runs the main thread's SIGINT handler, which reads from `received` which signal it was.
+            # Simulates SIGINT (Python 3.9 takes no signal number here) in the main thread,
+            # whose handler reads from `received` which signal it really was.
             _thread.interrupt_main()
 
     def stop(self):
