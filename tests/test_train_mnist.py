@@ -1,4 +1,4 @@
-"""scripts/train_mnist.py as its user meets it: flags, exit codes, printed lines, files, downloads, msrun.
+"""scripts/train_mnist.py as its user meets it: flags, exit codes, printed lines, files, downloads, signals, msrun.
 
 What the run computes is tested per module of ``training`` (tests/test_training_*.py).
 """
