@@ -161,7 +161,7 @@ def _sample_order(n, shuffle, seed, num_shards, shard_id):
 
 
 def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainder=False,
-                  num_shards=None, shard_id=None):
+                  num_shards=None, shard_id=None, num_parallel_workers=None):
     """Batched, normalised MNIST from one split folder (e.g. ``MNIST_Data/train``).
 
     Columns: ``image`` float32 ``[B, 1, 28, 28]``, scaled to [0, 1] then
@@ -177,6 +177,8 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
         num_shards, shard_id: read only shard ``shard_id`` of ``num_shards``;
             all shards have ``ceil(n / num_shards)`` samples, and are disjoint
             when ``num_shards`` divides ``n`` (else some samples repeat).
+        num_parallel_workers: threads of each of the pipeline's operations
+            (``None``: MindSpore's default, ``ds.config.get_num_parallel_workers()``).
 
     Example:
         >>> train = mnist_dataset("MNIST_Data/train", 32, shuffle=True, seed=0)
@@ -190,12 +192,14 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
     # reads its global seed when iteration starts, not when the dataset is
     # built, and ds.config.set_seed also reseeds `random` and `numpy.random`.
     order = _sample_order(n, shuffle, seed, num_shards, shard_id)
-    dataset = ds.MnistDataset(split_dir, sampler=ds.SubsetSampler(order.tolist()))
+    workers = {} if num_parallel_workers is None else \
+        {"num_parallel_workers": positive_int(num_parallel_workers, "num_parallel_workers")}
+    dataset = ds.MnistDataset(split_dir, sampler=ds.SubsetSampler(order.tolist()), **workers)
     dataset = dataset.map([vision.Rescale(1.0 / 255.0, 0.0),
                            vision.Normalize(mean=(MNIST_MEAN,), std=(MNIST_STD,)),
-                           vision.HWC2CHW()], input_columns="image")
-    dataset = dataset.map(transforms.TypeCast(ms.int32), input_columns="label")
-    return dataset.batch(batch_size, drop_remainder=drop_remainder)
+                           vision.HWC2CHW()], input_columns="image", **workers)
+    dataset = dataset.map(transforms.TypeCast(ms.int32), input_columns="label", **workers)
+    return dataset.batch(batch_size, drop_remainder=drop_remainder, **workers)
 
 
 def load_mnist_split(split_dir):
@@ -259,12 +263,25 @@ def mnist_batches(arrays, batch_size, shuffle=False, seed=None, drop_remainder=F
         [16, 16, 8]
     """
     images, labels = arrays
-    order = _reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     return _tensor_batches(images, labels, order, batch_size)
 
 
-def _reading_order(n, batch_size, shuffle, seed, drop_remainder, num_shards, shard_id):
-    """The checked arguments' sample indices for one pass, without a dropped short last batch."""
+def reading_order(n, batch_size, shuffle=False, seed=None, drop_remainder=False, num_shards=None, shard_id=None):
+    """The indices of the samples one pass over ``n`` samples reads, in order (numpy int array).
+
+    The order :func:`mnist_dataset` and :func:`mnist_batches` read with
+    the same arguments, checked as they check them: seeded by ``seed``
+    alone, shards dealt in turn after wrapping around to equal sizes,
+    without a short last batch when ``drop_remainder``. For other pipelines
+    over the same samples (``ds.SubsetSampler(order.tolist())``).
+
+    Example:
+        >>> reading_order(10, 4, num_shards=2, shard_id=1)
+        array([1, 3, 5, 7, 9])
+        >>> reading_order(10, 4, num_shards=2, shard_id=1, drop_remainder=True)
+        array([1, 3, 5, 7])
+    """
     batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     order = _sample_order(n, shuffle, seed, num_shards, shard_id)
     return order[:len(order) - len(order) % batch_size] if drop_remainder else order
@@ -336,5 +353,5 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     accumulate_step = positive_int(accumulate_step, "accumulate_step")
     _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
-    order = _reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     return _tensor_windows(images, labels, order, batch_size, accumulate_step)

@@ -37,6 +37,18 @@ def test_memory_batches_are_the_dataset_engines_bit_for_bit(synthetic_mnist_dir,
         np.testing.assert_array_equal(labels, want_labels)
 
 
+def test_one_worker_per_operation_reads_the_same_batches(synthetic_mnist_dir):
+    test_dir = os.path.join(synthetic_mnist_dir, "test")
+    reading = dict(shuffle=True, seed=2, num_shards=2, shard_id=0)
+    for (images, labels), (want_images, want_labels) in zip(
+            _engine_batches(test_dir, 16, num_parallel_workers=1, **reading),
+            _engine_batches(test_dir, 16, **reading), strict=True):
+        np.testing.assert_array_equal(images, want_images)
+        np.testing.assert_array_equal(labels, want_labels)
+    with pytest.raises(ValueError, match="num_parallel_workers must be a positive int, got 0"):
+        mnist_dataset(test_dir, 16, num_parallel_workers=0)
+
+
 def test_each_seed_gives_its_own_order_again(synthetic_mnist_dir):
     train = load_mnist_split(os.path.join(synthetic_mnist_dir, "train"))
 
