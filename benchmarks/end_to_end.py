@@ -31,17 +31,22 @@ import time
 STEPS = ("micro", "window", "torch")
 STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "torch": "PyTorch"}
 PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory",
-             "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads"}
+             "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads",
+             # Pipeline candidates (--experiments): the tool fed by other mindspore.dataset pipelines.
+             "engine_1": "tool on mindspore.dataset, 1 worker/op", "slices": "tool on NumpySlicesDataset (memory)",
+             "generator": "tool on GeneratorDataset (memory batches)"}
+CANDIDATES = ("engine_1", "slices", "generator")
 # The targets of issue 14.
 TOOL_VS_CEILING = 0.9
 FIRST_EPOCH_EXTRA_S = 2.0
 
 
-def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU"):
+def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False):
     """One spec per worker: the per-micro-step run, the window-step run and, with ``torch``, PyTorch.
 
     ``torch`` None: when it is importable. ``data_dir`` None: each worker
-    writes the ``--synthetic`` set to a temporary folder.
+    writes the ``--synthetic`` set to a temporary folder. ``experiments``
+    adds the pipeline candidates to the per-micro-step worker.
 
     Example:
         >>> [spec["step"] for spec in make_specs(32, 2, epochs=6, torch=False)]
@@ -52,7 +57,7 @@ def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_targ
         torch = importlib.util.find_spec("torch") is not None
     steps = STEPS if torch else STEPS[:2]
     return [dict(kind="end_to_end", step=step, batch=batch, accumulate=accumulate, epochs=epochs,
-                 data_dir=data_dir, device_target=device_target) for step in steps]
+                 data_dir=data_dir, device_target=device_target, experiments=experiments) for step in steps]
 
 
 def _grouped(batches, accumulate_step):
@@ -66,12 +71,34 @@ def _grouped(batches, accumulate_step):
         yield window
 
 
-def _engine_windows(split_dir):
-    """``Task.train_windows`` over the mindspore.dataset pipeline (``data.mnist.mnist_dataset``)."""
-    from data.mnist import mnist_dataset
+def _pipeline(name, split_dir, arrays, batch_size, reading):
+    """One pass of the mindspore.dataset pipeline ``name`` over ``split_dir`` (or its ``arrays``), batched."""
+    import mindspore.dataset as ds
+    from data.mnist import mnist_dataset, reading_order
+    if name in ("engine", "engine_1"):  # MnistDataset, map, batch: the pipeline before issue 14
+        return mnist_dataset(split_dir, batch_size, num_parallel_workers=1 if name == "engine_1" else None,
+                             **reading)
+    images, labels = arrays
+    order = reading_order(len(labels), batch_size, **reading)
+    if name == "slices":  # one row per sample, batched by the engine
+        return ds.NumpySlicesDataset({"image": images, "label": labels}, sampler=ds.SubsetSampler(order.tolist()),
+                                     num_parallel_workers=1).batch(batch_size, num_parallel_workers=1)
+
+    def batches():  # "generator": one row per batch, gathered by numpy
+        for start in range(0, len(order), batch_size):
+            yield images[order[start:start + batch_size]], labels[order[start:start + batch_size]]
+
+    return ds.GeneratorDataset(batches, column_names=["image", "label"], shuffle=False, num_parallel_workers=1,
+                               python_multiprocessing=False)
+
+
+def _pipeline_windows(name, split_dir):
+    """``Task.train_windows`` over the mindspore.dataset pipeline ``name`` (see ``PIPELINES``)."""
+    from data.mnist import load_mnist_split
+    arrays = None if name.startswith("engine") else load_mnist_split(split_dir)  # read once, as the tool does
 
     def train_windows(batch_size, accumulate_step, **reading):
-        dataset = mnist_dataset(split_dir, batch_size, **reading)
+        dataset = _pipeline(name, split_dir, arrays, batch_size, reading)
         return _grouped(dataset.create_tuple_iterator(num_epochs=1), accumulate_step)
 
     return train_windows
@@ -124,9 +151,10 @@ def _measure_mindspore(spec, data_dir, progress):
                                       drop_remainder=False, num_shards=None, shard_id=None))
     variants = {"tool": tool(), "ceiling": lambda: _ceiling_epoch(run, windows)}
     if spec["step"] == "micro":
-        engine = dataclasses.replace(task, train_windows=_engine_windows(os.path.join(data_dir, "train")))
-        variants["engine"] = tool(engine)
-        _timed(variants["engine"])  # the engine's own first epoch: its threads start
+        for name in ("engine",) + (CANDIDATES if spec.get("experiments") else ()):
+            fed = dataclasses.replace(task, train_windows=_pipeline_windows(name, os.path.join(data_dir, "train")))
+            variants[name] = tool(fed)
+            _timed(variants[name])  # the pipeline's own first epoch: its threads start
     epochs = {name: [] for name in variants}
     names = list(variants)
     for index in range(spec["epochs"] - 1):
@@ -279,7 +307,7 @@ def summarize(runs):
     by_key = {(row["step"], row["pipeline"]): row for row in rows if "error" not in row}
     for row in by_key.values():
         ceiling = by_key.get((row["step"], "ceiling"))
-        if row["pipeline"] in ("tool", "engine") and ceiling:
+        if row["pipeline"] not in ("ceiling", "loop") and ceiling:
             row["vs_ceiling"] = row["samples_per_s"] / ceiling["samples_per_s"]
             row["min_vs_ceiling"] = row["best_samples_per_s"] / ceiling["best_samples_per_s"]
     torch_row, tool = by_key.get(("torch", "loop")), by_key.get(("micro", "tool"))

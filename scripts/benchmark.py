@@ -47,7 +47,8 @@ def parse_args(argv=None):
     parser.add_argument("--contenders", default="", type=name_list(CONTENDERS, allow_empty=True),
                         help="comma list (default: all available): " + ", ".join(CONTENDERS))
     parser.add_argument("--experiments", action="store_true",
-                        help="add the experiment rows: " + ", ".join(n for n, c in CONTENDERS.items() if c.experiment))
+                        help="add the experiment rows: " + ", ".join(n for n, c in CONTENDERS.items() if c.experiment)
+                        + "; with --end-to-end, the other mindspore.dataset pipelines")
     parser.add_argument("--modes", default="graph,pynative", type=name_list(MODES),
                         help="comma list of " + ", ".join(MODES))
     parser.add_argument("--batch", "-B", type=positive(int), default=32, help="micro-batch size B")
@@ -103,7 +104,8 @@ def end_to_end(args):
         0
     """
     from benchmarks import end_to_end as e2e
-    specs = e2e.make_specs(args.batch, args.accumulate, args.epochs, args.data_dir, device_target=args.device_target)
+    specs = e2e.make_specs(args.batch, args.accumulate, args.epochs, args.data_dir, device_target=args.device_target,
+                           experiments=args.experiments)
     runs = e2e.run_end_to_end(specs, args.repeats, args.timeout)
     rows = e2e.summarize(runs)
     checks = e2e.check_targets(rows)

@@ -22,9 +22,10 @@ def tiny_mnist(tmp_path_factory):
 
 def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist, restore_mode):
     runs = []
-    for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist):
+    for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True):
         runs.append(dict(spec, **end_to_end.measure(spec, progress=False)))
-    expected = {"micro": ["tool", "ceiling", "engine"], "window": ["tool", "ceiling"], "torch": ["loop"]}
+    expected = {"micro": ["tool", "ceiling", "engine", "engine_1", "slices", "generator"],
+                "window": ["tool", "ceiling"], "torch": ["loop"]}
     assert [run["step"] for run in runs] == ["micro", "window"] + (["torch"] if HAS_TORCH else [])
     for run in runs:
         assert list(run["epochs"]) == expected[run["step"]]
