@@ -6,12 +6,15 @@ makes each BatchNorm pool its micro-batches' moments over the window and
 update the moving statistics once, when the window applies, exactly as one
 BatchNorm update on the whole window's batch would.
 
-What can and cannot be equal to the large batch: the training forward still
-normalises each micro-batch with its own mean and variance, since the whole
-window is never in memory at once. So the loss, the gradients and therefore
-the weights differ from a large-batch run (as with "ghost" BatchNorm); only
-the moving statistics equal a large-batch update, computed from what each
-layer was fed during the window.
+What can and cannot be equal to the large batch: the training forward is
+the plain layer's own kernel and still normalises each micro-batch with its
+own mean and variance, since the whole window is never in memory at once.
+So the loss, the gradients and therefore the weights differ from a
+large-batch run (as with "ghost" BatchNorm; with one micro-batch per window
+they equal the plain network's to the bit). The moving statistics equal one
+large-batch update on what each layer was fed during the window: for a
+BatchNorm fed by the data, or by layers without BatchNorm, the window's
+whole batch; deeper ones see activations normalised per micro-batch.
 """
 import numpy as np
 import mindspore as ms
@@ -46,7 +49,7 @@ class _WindowMoments:
     Across ranks the window's AllReduce only sums. M2s add up as they are,
     but the spread between the ranks' means needs the means: moments summed
     about a common point (the moving mean, say) cancel catastrophically when
-    the data sit far from it (0 against 300 loses 2% of the variance in
+    the data sit far from it (0 against 300 costs 3-8% of the variance in
     float32, and AllReduce takes no float64). So each rank hands over its
     count, shift and offset in its own row of otherwise zero ``[ranks, ...]``
     tensors: the sum gives every rank every rank's values, exactly (adding
@@ -65,11 +68,32 @@ class _WindowMoments:
         self.shift = _state(zeros, prefix + "window_shift")
         self.mean = _state(zeros, prefix + "window_mean")
         self.m2 = _state(zeros, prefix + "window_m2")
+        # The plain layer's own training kernel, so the forward and its
+        # gradient are the plain layer's, to the bit. With momentum 1 it
+        # writes the micro-batch's mean and unbiased variance into these, not
+        # into the moving statistics. Written and read within one
+        # micro-step, so they are no state.
+        self.batch_norm = ops.BatchNorm(is_training=True, epsilon=layer.eps, momentum=1.0)
+        self.batch_mean = _state(zeros, prefix + "batch_mean")
+        self.batch_variance = _state(zeros, prefix + "batch_variance")
 
-    def add(self, count, mean, correction, m2):
-        """Merges a micro-batch of ``count`` values per channel, mean ``mean + correction`` and ``m2``."""
+    def normalize(self, x, gamma, beta):
+        """The micro-batch ``x`` normalised with its own statistics, which join the window."""
+        y = self.batch_norm(x, gamma, beta, self.batch_mean, self.batch_variance)[0]
+        return ops.depend(y, self.add(ops.stop_gradient(x)))
+
+    def add(self, x):
+        """Merges the micro-batch ``x``, whose statistics ``batch_norm`` has just written."""
+        axes = (0,) + tuple(range(2, x.ndim))
+        count = x.size // x.shape[1]
+        mean = self.batch_mean
+        # The rounding error of ``mean``: float32 holds a mean near 300 only
+        # to 1.5e-5, but x - mean is exact, and so is its mean, nearly.
+        correction = ops.mean(x - mean.reshape((1, -1) + (1,) * (x.ndim - 2)), axes)
+        m2 = self.batch_variance * (count - 1.0)
         shift = ops.where(self.count > 0, self.shift, mean)
-        # mean - shift is exact (two floats within a factor 2 of each other).
+        # Exact while mean and shift are within a factor 2 (Sterbenz), as
+        # the means of one channel far from 0 are; near 0 little is lost.
         offset = (mean - shift) + correction
         total = self.count + count
         delta = offset - self.mean
@@ -105,20 +129,16 @@ class _WindowMoments:
             ops.assign(state, ops.zeros_like(state))
 
 
-def _statistic(per_channel):
-    # Statistics, not part of the loss: no gradient flows back through them.
-    return ops.stop_gradient(per_channel).reshape((-1,)).astype(ms.float32)
-
-
 class WindowBatchNorm:
     """What ``convert_batchnorm`` turns a BatchNorm into; test with ``isinstance``.
 
     A converted layer is still an ``nn.BatchNorm1d`` or ``nn.BatchNorm2d``
     (mixed precision keeps those in float32 by their type), with the same
-    Parameters under the same names. In training it normalises each
-    micro-batch with the micro-batch's own statistics and adds its moments to
-    ``window``, the state its accumulator applies once per window. In
-    evaluation it is the plain layer.
+    Parameters under the same names. In training it runs the plain layer's
+    kernel on each micro-batch (normalising with the micro-batch's own
+    statistics) and adds the micro-batch's moments to ``window``, the state
+    its accumulator applies once per window. In evaluation it is the plain
+    layer.
 
     Example:
         >>> from accumulator import Accumulator
@@ -134,16 +154,7 @@ class WindowBatchNorm:
         self._check_input_dim(self.shape(x), self.cls_name)
         if self.use_batch_statistics is None and not self.training:
             return self._infer(x)
-        axes = (0,) + tuple(range(2, x.ndim))
-        mean = ops.mean(x, axes, True)
-        centered = x - mean
-        m2 = ops.sum(centered * centered, axes, True)
-        count = x.size // x.shape[1]
-        scale = ops.rsqrt(m2 / count + self.eps) * self.gamma.reshape(mean.shape)
-        # The mean of the centred values is the rounding error of ``mean``,
-        # which float32 cannot hold near 300 (see _WindowMoments).
-        added = self.window.add(count, _statistic(mean), _statistic(ops.mean(centered, axes)), _statistic(m2))
-        return ops.depend(centered * scale + self.beta.reshape(mean.shape), added)
+        return self.window.normalize(x, self.gamma, self.beta)
 
     def _infer(self, x):
         # The plain layer's inference path: its kernel wants 4-D input.
@@ -186,9 +197,11 @@ def convert_batchnorm(net, accumulator):
     ``gamma``, ``beta``, ``moving_mean`` and ``moving_variance`` Parameters
     under the same names, so an optimizer built before keeps training them
     and checkpoints of the plain network load unchanged. Its window state
-    (count, mean and M2 per channel, ``accumulator.<layer>.window_*``) is
-    attached to ``accumulator``: checkpointed with it, summed across devices
-    with its window, and applied or dropped with its window.
+    (count, and shift, mean and M2 per channel: ``accumulator.<layer>.window_*``)
+    is attached to ``accumulator``: checkpointed with it, summed across
+    devices with its window, and applied or dropped with its window. Every
+    training-mode forward counts into the window, as it would move a plain
+    layer's statistics.
 
     During training each micro-batch is normalised with its own statistics
     (the whole window is never in memory at once), so the weights still
@@ -201,7 +214,10 @@ def convert_batchnorm(net, accumulator):
     evaluation the layers are plain BatchNorm.
 
     Convert after building the accumulator and before the first compiled
-    call (and before building an ``AccumulationTrainCell``). Only
+    call (and before building an ``AccumulationTrainCell``); under data
+    parallel, after ``mindspore.communication.init()``, since each rank
+    hands over its moments in its own row (of ``WindowAllReduce``'s group,
+    or of all ranks for another ``grad_reducer``). Only
     ``data_format="NCHW"`` is supported; subclasses of the BatchNorms and
     layers with ``use_batch_statistics=False`` (which never update their
     moving statistics) are left alone. Returns the converted layers' names
