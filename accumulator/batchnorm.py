@@ -21,6 +21,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_group_size, get_rank
 
+from accumulator.distributed import WindowAllReduce
+
 
 def _state(value, name):
     return Parameter(Tensor(value, ms.float32), name=name, requires_grad=False)
@@ -183,7 +185,13 @@ def _prefix(layer):
 
 
 def _rank_and_ranks(reducer):
-    """This process's place among the ranks ``reducer`` sums over (0 of 1 without one)."""
+    """This process's place among the ranks ``reducer`` sums over (0 of 1 without communication)."""
+    if not GlobalComm.INITED:
+        if isinstance(reducer, WindowAllReduce):
+            # Every rank would take row 0, and the sum would add their shifts.
+            raise RuntimeError("call mindspore.communication.init() before convert_batchnorm: "
+                               "each rank hands over its window's moments in its own row")
+        return 0, 1
     if reducer is None:
         return 0, 1
     group = getattr(getattr(reducer, "all_reduce", None), "group", GlobalComm.WORLD_COMM_GROUP)
@@ -215,9 +223,10 @@ def convert_batchnorm(net, accumulator):
 
     Convert after building the accumulator and before the first compiled
     call (and before building an ``AccumulationTrainCell``); under data
-    parallel, after ``mindspore.communication.init()``, since each rank
-    hands over its moments in its own row (of ``WindowAllReduce``'s group,
-    or of all ranks for another ``grad_reducer``). Only
+    parallel, after ``mindspore.communication.init()`` (with a
+    ``WindowAllReduce`` it raises otherwise), since each rank hands over its
+    moments in its own row (of ``WindowAllReduce``'s group, or of all ranks
+    for another ``grad_reducer``). Only
     ``data_format="NCHW"`` is supported; subclasses of the BatchNorms and
     layers with ``use_batch_statistics=False`` (which never update their
     moving statistics) are left alone. Returns the converted layers' names

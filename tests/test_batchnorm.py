@@ -17,8 +17,8 @@ import mindspore.dataset as ds
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.train import Model
 
-from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, load_checkpoint, make_window_step,
-                         save_checkpoint)
+from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, WindowAllReduce, load_checkpoint,
+                         make_window_step, save_checkpoint)
 from accumulator.batchnorm import WindowBatchNorm, convert_batchnorm
 from batchnorm_worker import SIZES, window_batches
 from helpers import run_msrun
@@ -362,6 +362,8 @@ def test_convert_batchnorm_converts_the_plain_layers_once():
     other = nn.SequentialCell(nn.BatchNorm2d(2))
     with pytest.raises(ValueError, match="accumulator.0.window_"):
         convert_batchnorm(other, accumulator)
+    with pytest.raises(RuntimeError, match="init()"):
+        convert_batchnorm(other, Accumulator(nn.SGD(other.trainable_params(), 0.1), 2, grad_reducer=WindowAllReduce()))
     other[0].format = "NHWC"   # NHWC layers can only be built on GPU
     with pytest.raises(ValueError, match="NCHW"):
         convert_batchnorm(other, Accumulator(nn.SGD(other.trainable_params(), 0.1), 2))
