@@ -34,7 +34,7 @@ PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on T
              "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads",
              # Pipeline candidates (--experiments): the tool fed by other mindspore.dataset pipelines.
              "engine_1": "tool on mindspore.dataset, 1 worker/op", "slices": "tool on NumpySlicesDataset (memory)",
-             "generator": "tool on GeneratorDataset (memory batches)"}
+             "generator": "tool on GeneratorDataset (memory)"}
 CANDIDATES = ("engine_1", "slices", "generator")
 # The targets of issue 14.
 TOOL_VS_CEILING = 0.9
