@@ -1,13 +1,16 @@
 """Gradient accumulation for MindSpore: a large effective batch on a small device.
 
 Read in this order: ``accumulator`` (the Accumulator and its state),
-``schedule`` (how N may change), ``state`` (checkpoints), ``cell``
+``schedule`` (how N may change, the adaptive window), ``noise`` (the
+gradient noise scale), ``state`` (checkpoints), ``cell``
 (``mindspore.train.Model``), ``distributed`` (one AllReduce per window),
-``window`` (a whole window per compiled call), ``selfcheck`` (does
-accumulation equal the large batch on your net?); ``checks`` and ``files`` are
-the argument checks and the atomic file write the rest of the project shares.
+``window`` (a whole window per compiled call), ``batchnorm`` (moving
+statistics from the whole window), ``selfcheck`` (does accumulation equal
+the large batch on your net?); ``checks`` and ``files`` are the argument
+checks and the atomic file write the rest of the project shares.
 """
 from accumulator.accumulator import Accumulator
+from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
 from accumulator.files import write_atomically
@@ -17,5 +20,5 @@ from accumulator.state import CheckpointMismatchError, load_checkpoint, save_che
 from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "CheckpointMismatchError", "EquivalenceReport", "FlushAtEpochEnd",
-           "NoiseScaleSchedule", "WindowAllReduce", "as_schedule", "check_equivalence", "load_checkpoint",
-           "make_window_step", "save_checkpoint", "training_state", "write_atomically"]
+           "NoiseScaleSchedule", "WindowAllReduce", "as_schedule", "check_equivalence", "convert_batchnorm",
+           "load_checkpoint", "make_window_step", "save_checkpoint", "training_state", "write_atomically"]
