@@ -39,7 +39,7 @@ from data.idx import MnistFormatError  # noqa: E402
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError  # noqa: E402
 from training.arguments import device_target, non_negative_int, one_of, positive_float, positive_int  # noqa: E402
 from training.checkpoints import resume_hint  # noqa: E402
-from training.config import DEVICES, MODES, TrainConfig  # noqa: E402
+from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, TrainConfig  # noqa: E402
 from training.context import configure_context  # noqa: E402
 from training.errors import TrainingError  # noqa: E402
 from training.loop import train  # noqa: E402
@@ -89,9 +89,11 @@ def build_parser():
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
                           help="samples per micro-batch, one forward/backward pass (default %(default)s)")
-    training.add_argument("--accumulate-step", type=positive_int, default=2, metavar="N",
+    training.add_argument("--accumulate-step", type=positive_int_or_auto, default=2, metavar="{N,auto}",
                           help="micro-batches summed per optimizer update; an epoch's last, shorter "
-                               "window is applied too, weighted by its sample count (default %(default)s)")
+                               "window is applied too, weighted by its sample count. 'auto': N follows the "
+                               f"measured gradient noise scale, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]} "
+                               "(implies --track-noise; not with --window-step) (default %(default)s)")
     training.add_argument("--epochs", type=positive_int, default=3, metavar="N",
                           help="total epochs, with --resume including those already done (default %(default)s)")
     training.add_argument("--lr", type=positive_float, default=1e-2, help="learning rate (default %(default)s)")
@@ -100,6 +102,12 @@ def build_parser():
                           help=f"optimizer; momentum uses {MOMENTUM} (default %(default)s)")
     training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
                           help="visit the training samples in a new seeded order each epoch (default: shuffle)")
+    training.add_argument("--track-noise", action="store_true",
+                          help="measure the gradient noise scale (the batch size past which a larger one buys "
+                               "little) from each window's micro-batches; printed, logged and plotted per epoch")
+    training.add_argument("--check", action="store_true",
+                          help="before training, check on the first window that accumulating equals one large "
+                               "batch (changes nothing) and print one line")
     training.add_argument("--drop-last", action="store_true",
                           help="drop each epoch's last micro-batch if it is smaller than --batch-size "
                                "(default: train on it)")
@@ -131,6 +139,16 @@ def build_parser():
     output.add_argument("--plot", metavar="PATH", default=None,
                         help="write a PNG of training loss and test accuracy per epoch (needs matplotlib)")
     return parser
+
+
+def positive_int_or_auto(text):
+    """argparse type: a positive integer, or 'auto'.
+
+    Example:
+        >>> positive_int_or_auto("auto"), positive_int_or_auto("4")
+        ('auto', 4)
+    """
+    return AUTO if text == AUTO else positive_int(text)
 
 
 def parse_args(argv=None):

@@ -63,6 +63,8 @@ def test_help_explains_every_flag():
     (["--batch-size", "0"], "argument --batch-size: must be a positive integer, got 0"),
     (["--accumulate-step", "-1"], "argument --accumulate-step: must be a positive integer, got -1"),
     (["--device-target", "TPU"], "argument --device-target: unknown device 'TPU': choose CPU, GPU or Ascend"),
+    (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
+    (["--accumulate-step", "auto", "--window-step"], "accumulate_step='auto' changes N between windows"),
 ])
 def test_bad_values_are_argparse_errors(argv, message):
     result = run_script(*argv)

@@ -24,6 +24,9 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"ckpt_dir": "c", "resume": True, "overwrite": True}, "resume=True continues the run in ckpt_dir, overwrite=True"),
     ({"distributed": True, "rank": 2, "ranks": 2}, "rank must be in [0, 2), got 2"),
     ({"ranks": 2}, "ranks > 1 needs distributed=True, got ranks=2"),
+    ({"accumulate_step": "8"}, "accumulate_step must be a positive int, got '8'"),
+    ({"accumulate_step": "auto", "window_step": True}, "accumulate_step='auto' changes N between windows"),
+    ({"track_noise": 1}, "track_noise must be True or False, got 1"),
 ])
 def test_bad_values_name_the_field_and_the_value(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)):

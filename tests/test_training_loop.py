@@ -87,3 +87,16 @@ def test_a_run_that_would_train_nothing_is_refused_before_anything_is_built(sett
     with pytest.raises(TrainingError, match=re.escape(message)):
         train(TrainConfig(mode="pynative", **settings), toy_task(10), progress=False)
     check_trainable(TrainConfig(batch_size=5, drop_last=True, distributed=True, ranks=2), toy_task(10))  # one each
+
+
+def test_a_run_that_tracks_noise_records_it_every_epoch_and_auto_moves_n_within_bounds(capsys):
+    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="auto", check=True)
+    summary, run = train(config, toy_task(16), progress=False)
+    printed = capsys.readouterr().out
+    assert "batch 2 x auto (N from 2 to 64" in printed
+    assert re.search(r"equivalence check: equivalent: .*accumulator state [0-9.]+x the parameters' bytes", printed)
+    history = [line for line in printed.splitlines() if line.startswith("epoch ")]
+    assert len(history) == 2 and all("; noise scale " in line for line in history)
+    assert summary["effective_batch_size"] is None and summary["updates"] >= 2
+    assert 2 <= int(run.accumulator.accumulate_step) <= 64
+    assert run.accumulator.noise.record()["windows"] >= 1

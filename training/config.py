@@ -14,6 +14,10 @@ from accumulator.checks import boolean, non_negative_int, positive_int
 from training.optimizers import OPTIMIZERS
 
 DEVICES = ("CPU", "GPU", "Ascend")
+# accumulate_step="auto": N follows the measured gradient noise scale within these bounds
+# (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
+AUTO = "auto"
+AUTO_STEPS = (2, 64)
 MODES = ("graph", "pynative")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
 RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks")
@@ -37,8 +41,11 @@ class TrainConfig:
 
     Fields mirror the flags of ``scripts/train_mnist.py`` (``--batch-size``
     is ``batch_size``, and so on). ``rank`` and ``ranks`` are 0 and 1 until
-    ``training.context.configure_context`` reads the real ones. Bad values
-    raise ``ValueError`` naming the field and the value.
+    ``training.context.configure_context`` reads the real ones.
+    ``accumulate_step`` is an int or ``"auto"`` (N follows the measured
+    noise scale, and ``track_noise`` is implied); ``check`` runs the
+    equivalence self-check before training. Bad values raise ``ValueError``
+    naming the field and the value.
 
     Example:
         >>> config = TrainConfig(batch_size=32, accumulate_step=4)
@@ -66,6 +73,8 @@ class TrainConfig:
     overwrite: bool = False
     log_json: Optional[str] = None
     plot: Optional[str] = None
+    track_noise: bool = False
+    check: bool = False
     rank: int = 0
     ranks: int = 1
 
@@ -74,9 +83,14 @@ class TrainConfig:
         _one_of(self.mode, "mode", MODES)
         _one_of(self.optimizer, "optimizer", OPTIMIZERS)
         non_negative_int(self.seed, "seed")
-        for name in ("batch_size", "accumulate_step", "epochs", "ranks"):
+        for name in ("batch_size", "epochs", "ranks"):
             positive_int(getattr(self, name), name)
-        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume", "overwrite"):
+        if self.accumulate_step != AUTO:
+            positive_int(self.accumulate_step, "accumulate_step")
+        elif self.window_step:
+            raise ValueError("accumulate_step='auto' changes N between windows; window_step=True needs a fixed N")
+        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
+                     "check"):
             boolean(getattr(self, name), name)
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) \
                 or self.lr <= 0:
@@ -95,13 +109,50 @@ class TrainConfig:
 
     @property
     def effective_batch_size(self):
-        """Samples per optimizer update: micro-batch x accumulate-step x ranks.
+        """Samples per optimizer update: micro-batch x accumulate-step x ranks (None when N is ``"auto"``).
 
         Example:
             >>> TrainConfig(batch_size=16, accumulate_step=2, distributed=True, ranks=4).effective_batch_size
             128
         """
+        if self.accumulate_step == AUTO:
+            return None
         return self.batch_size * self.accumulate_step * self.ranks
+
+    @property
+    def tracks_noise(self):
+        """True when the run measures the gradient noise scale (``track_noise``, or N ``"auto"``).
+
+        Example:
+            >>> TrainConfig(accumulate_step="auto").tracks_noise
+            True
+        """
+        return self.track_noise or self.accumulate_step == AUTO
+
+    @property
+    def first_step(self):
+        """N of the first window: ``accumulate_step``, or the least ``"auto"`` allows.
+
+        Example:
+            >>> TrainConfig(accumulate_step="auto").first_step
+            2
+        """
+        return AUTO_STEPS[0] if self.accumulate_step == AUTO else self.accumulate_step
+
+    def batch_description(self):
+        """How a window's batch is made, as the run's first and last lines say it.
+
+        Example:
+            >>> TrainConfig(batch_size=32, accumulate_step=4).batch_description()
+            '32 x 4 = effective 128'
+            >>> TrainConfig(batch_size=32, accumulate_step="auto").batch_description()
+            '32 x auto (N from 2 to 64, following the gradient noise scale)'
+        """
+        ranks = f" x {self.ranks} ranks" if self.distributed else ""
+        if self.accumulate_step == AUTO:
+            return (f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, "
+                    "following the gradient noise scale)")
+        return f"{self.batch_size} x {self.accumulate_step}{ranks} = effective {self.effective_batch_size}"
 
     @property
     def main_rank(self):

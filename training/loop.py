@@ -13,8 +13,9 @@ import numpy as np
 from mindspore import nn, ops
 from tqdm import tqdm
 
-from accumulator import Accumulator, WindowAllReduce, make_window_step
+from accumulator import Accumulator, NoiseScaleSchedule, WindowAllReduce, check_equivalence, make_window_step
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
+from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
 from training.optimizers import make_optimizer
 from training.records import epoch_line, summarize, summary_line, write_json_log, write_plot
@@ -31,7 +32,9 @@ class Run:
     the accumulator (which updates the weights when its window is full);
     ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
-    counts) -> (losses, updated)`` is set when the config asks for it.
+    counts) -> (losses, updated)`` is set when the config asks for it;
+    ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
+    gradient, uncompiled (for ``check_equivalence``).
 
     Example:
         >>> from training.config import TrainConfig
@@ -46,6 +49,7 @@ class Run:
     train_step: Callable
     flush: Callable
     eval_step: Callable
+    grad_fn: Callable
     window_step: Optional[Callable] = None
 
 
@@ -74,7 +78,10 @@ def build_run(config, task):
     ms.set_seed(config.seed)
     net = task.make_net()
     optimizer = make_optimizer(config.optimizer, net.trainable_params(), config.lr)
-    accumulator = Accumulator(optimizer, config.accumulate_step,
+    accumulate_step = config.accumulate_step
+    if accumulate_step == AUTO:
+        accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks)
+    accumulator = Accumulator(optimizer, accumulate_step, track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
     loss_fn = task.make_loss()
 
@@ -100,7 +107,7 @@ def build_run(config, task):
     compile_ = ms.jit if config.mode == "graph" else _eager
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = make_window_step(grad_fn, accumulator) if config.window_step else None
-    return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step),
+    return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step), grad_fn,
                window_step)
 
 
@@ -141,10 +148,7 @@ def train_epoch(run, task, config, epoch, progress=True):
         >>> stats["samples"], stats["train_loss"] > 0
         (8, True)
     """
-    shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
-        else dict(num_shards=None, shard_id=None)
-    windows = task.train_windows(config.batch_size, config.accumulate_step, shuffle=config.shuffle,
-                                 seed=config.seed + epoch, drop_remainder=config.drop_last, **shard)
+    windows = _epoch_windows(config, task, epoch)
     n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, samples = 0.0, 0
@@ -162,6 +166,30 @@ def train_epoch(run, task, config, epoch, progress=True):
             run.flush()
     seconds = time.perf_counter() - started
     return {"train_loss": loss_sum / max(samples, 1), "samples": samples * config.ranks, "seconds": seconds}
+
+
+def _epoch_windows(config, task, epoch):
+    """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply)."""
+    shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
+        else dict(num_shards=None, shard_id=None)
+    return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle,
+                              seed=config.seed + epoch, drop_remainder=config.drop_last, **shard)
+
+
+def check(run, task, config):
+    """``check_equivalence`` on the first window of the first epoch, before training; changes nothing.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2)
+        >>> check(build_run(config, toy_task()), toy_task(), config).equivalent
+        True
+    """
+    window = next(iter(_epoch_windows(config, task, 1)))
+    counts = [labels.shape[0] for _, labels in window]
+    return check_equivalence(run.grad_fn, [tuple(batch) for batch in window], run.accumulator, counts=counts,
+                             network=run.net)
 
 
 def evaluate(run, task):
@@ -234,14 +262,14 @@ def train(config, task, progress=True):
     """
     check_trainable(config, task)
     say = print if config.main_rank else _quiet
-    ranks = f" x {config.ranks} ranks" if config.distributed else ""
-    say(f"{task.description}; batch {config.batch_size} x {config.accumulate_step}{ranks} = "
-        f"effective {config.effective_batch_size}; {config.optimizer} lr {config.lr:g}; "
+    say(f"{task.description}; batch {config.batch_description()}; {config.optimizer} lr {config.lr:g}; "
         f"{config.mode} mode on {config.device_target}"
         + ("; one compiled call per window" if config.window_step else ""))
     if config.overwrite and config.main_rank:
         clear_checkpoints(config.ckpt_dir)
     run = build_run(config, task)
+    if config.check:
+        say(f"equivalence check: {check(run, task, config)}")
     done, history = resume(run, config, say) if config.resume else (0, [])
     for epoch in range(done + 1, config.epochs + 1):
         record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank)}
@@ -249,6 +277,10 @@ def train(config, task, progress=True):
         record.update(evaluate(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
+        if config.tracks_noise:
+            record["noise_scale"] = run.accumulator.noise_scale
+            record["accumulate_step"] = int(run.accumulator.accumulate_step)
+            record["effective_batch_size"] = config.batch_size * record["accumulate_step"] * config.ranks
         history.append(record)
         say(epoch_line(record, config.epochs))
         if config.ckpt_dir and config.main_rank:

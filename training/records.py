@@ -2,7 +2,10 @@
 
 A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
 "samples", "seconds", "test_accuracy", "test_loss", "eval_seconds",
-"samples_per_second"}``. Everything here is computed from it.
+"samples_per_second"}``, and ``"noise_scale"``, ``"accumulate_step"`` (N
+at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
+gradient noise scale.
+Everything here is computed from it.
 """
 import json
 
@@ -16,10 +19,18 @@ def epoch_line(record, epochs):
         >>> epoch_line({"epoch": 2, "train_loss": 0.5, "test_accuracy": 0.9, "test_loss": 0.3,
         ...             "samples_per_second": 5000.0, "seconds": 1.2}, epochs=3)
         'epoch 2/3: train loss 0.5000, test accuracy 90.00%, test loss 0.3000, 5,000 samples/s, 1.2 s'
+        >>> epoch_line({"epoch": 2, "train_loss": 0.5, "test_accuracy": 0.9, "test_loss": 0.3,
+        ...             "samples_per_second": 5000.0, "seconds": 1.2, "noise_scale": 1234.5,
+        ...             "accumulate_step": 8}, epochs=3)[-29:]
+        '1.2 s; noise scale 1,234, N 8'
     """
-    return (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
+    line = (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
             f"test accuracy {record['test_accuracy']:.2%}, test loss {record['test_loss']:.4f}, "
             f"{record['samples_per_second']:,.0f} samples/s, {record['seconds']:.1f} s")
+    if "noise_scale" in record:
+        noise = "not yet measured" if record["noise_scale"] is None else f"{record['noise_scale']:,.0f}"
+        line += f"; noise scale {noise}, N {record['accumulate_step']}"
+    return line
 
 
 def summarize(config, history, updates, skipped_windows):
@@ -66,10 +77,11 @@ def summary_line(summary, config):
         'best test accuracy 95.00% (epoch 2), final 94.00%; 3,000 samples/s; effective batch 64 (32 x 2), 282 updates'
     """
     ranks = f" x {config.ranks} ranks" if config.distributed else ""
+    batch = (f"effective batch {summary['effective_batch_size']} ({config.batch_size} x {config.accumulate_step}"
+             f"{ranks})" if summary["effective_batch_size"] else f"batch {config.batch_description()}")
     return (f"best test accuracy {summary['best_accuracy']:.2%} (epoch {summary['best_epoch']}), "
             f"final {summary['final_accuracy']:.2%}; {summary['samples_per_second']:,.0f} samples/s; "
-            f"effective batch {summary['effective_batch_size']} ({config.batch_size} x {config.accumulate_step}"
-            f"{ranks}), {summary['updates']} updates")
+            f"{batch}, {summary['updates']} updates")
 
 
 def write_json_log(path, config, history, summary=None):
@@ -108,15 +120,25 @@ def write_plot(path, history):
     import matplotlib.pyplot as plt
 
     epochs = [record["epoch"] for record in history]
-    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(9, 3.5))
+    noise = [record for record in history if record.get("noise_scale") is not None]
+    figure, axes = plt.subplots(1, 3 if noise else 2, figsize=(13.5 if noise else 9, 3.5))
+    loss_axes, accuracy_axes = axes[:2]
     loss_axes.plot(epochs, [record["train_loss"] for record in history], "o-", label="train")
     loss_axes.plot(epochs, [record["test_loss"] for record in history], "s--", label="test")
     loss_axes.set(xlabel="epoch", ylabel="loss per sample", title="Loss")
     loss_axes.legend()
     accuracy_axes.plot(epochs, [100 * record["test_accuracy"] for record in history], "o-")
     accuracy_axes.set(xlabel="epoch", ylabel="%", title="Test accuracy")
-    for axes in (loss_axes, accuracy_axes):
-        axes.xaxis.get_major_locator().set_params(integer=True)
+    if noise:
+        # The noise scale is a batch size: compare it with the effective batch micro-batch x N.
+        noise_axes = axes[2]
+        noise_axes.plot([r["epoch"] for r in noise], [r["noise_scale"] for r in noise], "o-", label="noise scale")
+        noise_axes.plot([r["epoch"] for r in noise], [r["effective_batch_size"] for r in noise], "s--",
+                        label="effective batch")
+        noise_axes.set(xlabel="epoch", ylabel="samples", title="Gradient noise scale", yscale="log")
+        noise_axes.legend()
+    for each in axes:
+        each.xaxis.get_major_locator().set_params(integer=True)
     figure.tight_layout()
     try:
         write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
