@@ -38,7 +38,7 @@ def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist, restore_mode
     assert [(row["step"], row["pipeline"]) for row in rows] == [
         (run["step"], pipeline) for run in runs for pipeline in expected[run["step"]]]
     tools = [row for row in rows if row["pipeline"] == "tool"]
-    assert all(row["vs_ceiling"] > 0 and row["first_epoch_s"] > 0 for row in tools)
+    assert all(row["vs_ceiling"] > 0 and row["paired_vs_ceiling"] > 0 and row["first_epoch_s"] > 0 for row in tools)
     checks = end_to_end.check_targets(rows)
     assert len(checks) == 4 and all(isinstance(check["met"], bool) for check in checks)
     table = end_to_end.format_table(rows)
@@ -60,6 +60,7 @@ def test_ratios_pair_each_tool_with_its_own_ceiling_and_targets_need_median_and_
     rows = {(row["step"], row["pipeline"]): row for row in end_to_end.summarize(runs)}
     micro = rows[("micro", "tool")]
     assert micro["vs_ceiling"] == pytest.approx(0.8) and micro["min_vs_ceiling"] == pytest.approx(1.0)
+    assert micro["paired_vs_ceiling"] == pytest.approx(0.8)  # 1.0, 0.67 and 0.8 epoch by epoch
     assert micro["first_extra_s"] == pytest.approx(1.25)
     assert rows[("micro", "engine")]["vs_ceiling"] == pytest.approx(0.4)
     assert rows[("window", "tool")]["vs_ceiling"] == pytest.approx(0.1 / 0.105)
