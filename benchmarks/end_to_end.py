@@ -8,8 +8,9 @@ and alternates, epoch by epoch, between:
 
 * ``tool``: ``train_epoch``, its data read by ``data.mnist`` from memory;
 * ``ceiling``: the same compiled step called on an epoch of Tensors built
-  beforehand (the same windows, the short last one included): what the
-  tool would reach if reading data and looping cost nothing;
+  beforehand (the same windows, the short last one included, stepped by
+  ``training.loop.train_on_windows`` as the tool steps them): what the
+  tool would reach if reading data and its progress bar cost nothing;
 * ``engine`` (per-micro-step only): ``train_epoch`` fed by the previous
   pipeline, ``mindspore.dataset.MnistDataset`` with its maps and batch.
 
@@ -104,21 +105,16 @@ def _pipeline_windows(name, split_dir):
     return train_windows
 
 
-def _ceiling_epoch(run, windows):
-    """The run's compiled step over windows already in memory, then a flush if needed; returns the samples."""
+def _ceiling_epoch(run, windows, batch_size, accumulate_step):
+    """The run's compiled steps over windows already in memory, as ``train_epoch`` steps them; returns the samples.
+
+    ``training.loop.train_on_windows`` without the data reading, the
+    progress bar and the epoch's bookkeeping: the same calls in the same
+    order (the short last window op by op, a partial one flushed).
+    """
     import mindspore as ms
-    samples = 0
-    for window in windows:
-        counts = [labels.shape[0] for _, labels in window]
-        if run.window_step is not None:
-            stacked = getattr(window, "stacked", None)
-            run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
-        else:
-            for inputs, labels in window:
-                run.train_step(inputs, labels)
-        samples += sum(counts)
-    if int(run.accumulator.micro_step):  # as train_epoch: only a partial last window is flushed
-        run.flush()
+    from training.loop import train_on_windows
+    samples = sum(samples for _, samples in train_on_windows(run, windows, batch_size, accumulate_step))
     ms.runtime.synchronize()
     return samples
 
@@ -149,7 +145,8 @@ def _measure_mindspore(spec, data_dir, progress):
     first = _timed(tool())
     windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
                                       drop_remainder=False, num_shards=None, shard_id=None))
-    variants = {"tool": tool(), "ceiling": lambda: _ceiling_epoch(run, windows)}
+    variants = {"tool": tool(), "ceiling": lambda: _ceiling_epoch(run, windows, config.batch_size,
+                                                                  config.accumulate_step)}
     if spec["step"] == "micro":
         for name in ("engine",) + (CANDIDATES if spec.get("experiments") else ()):
             fed = dataclasses.replace(task, train_windows=_pipeline_windows(name, os.path.join(data_dir, "train")))

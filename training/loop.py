@@ -4,6 +4,7 @@
 are its parts, for callers that drive their own loop. What is trained comes
 from a ``training.task.Task``; checkpoints and records have their own modules.
 """
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -34,7 +35,9 @@ class Run:
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
     counts) -> (losses, updated)`` is set when the config asks for it;
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
-    gradient, uncompiled (for ``check_equivalence``).
+    gradient, uncompiled (for ``check_equivalence``); ``eager_step`` and
+    ``eager_flush`` are ``train_step`` and ``flush`` uncompiled, for
+    shapes an epoch meets once (see ``train_on_windows``).
 
     Example:
         >>> from training.config import TrainConfig
@@ -51,6 +54,8 @@ class Run:
     eval_step: Callable
     grad_fn: Callable
     window_step: Optional[Callable] = None
+    eager_step: Optional[Callable] = None
+    eager_flush: Optional[Callable] = None
 
 
 def _eager(function):
@@ -108,27 +113,64 @@ def build_run(config, task):
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = make_window_step(grad_fn, accumulator) if config.window_step else None
     return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step), grad_fn,
-               window_step)
+               window_step, eager_step=train_step, eager_flush=flush)
 
 
-def _window_losses(run, windows):
-    """Trains window by window, yielding each window's (summed loss as a float, samples).
+@contextlib.contextmanager
+def _op_by_op():
+    """Runs the calls inside in PyNative mode, op by op, then puts the mode back."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        yield
+    finally:
+        ms.set_context(mode=mode)
 
-    The losses are added on the host: adding Tensors would run one
-    MindSpore op per micro-batch outside the compiled step. The first read
-    waits for the device; once per window keeps its queue full.
+
+def train_on_windows(run, windows, batch_size, accumulate_step):
+    """Trains windows of micro-batches, yielding each window's (summed loss, samples); flushes at the end.
+
+    Whole windows (``accumulate_step`` micro-batches of ``batch_size``) go
+    through the compiled steps: the window step when the run has one, with
+    the micro-batches as the window stacks them (``data.mnist.Window``), or
+    ``train_step`` per micro-batch. What an epoch meets once, its short last
+    micro-batch or short last window, runs op by op (``eager_step``, in
+    PyNative mode), and so does the flush of a partial last window: each new
+    shape would compile a graph (0.4-1.7 s on a 2-core CPU) for one call an
+    epoch, where op by op takes a few milliseconds. The arithmetic is the
+    same either way. Losses are added on the host: adding Tensors would run
+    a MindSpore op per micro-batch outside the compiled step.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> run = build_run(TrainConfig(mode="pynative", batch_size=3, accumulate_step=2), toy_task())
+        >>> windows = toy_task().train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                                    num_shards=None, shard_id=None)  # [3, 3], [2]
+        >>> [samples for _, samples in train_on_windows(run, windows, 3, 2)], int(run.accumulator.update_count)
+        ([6, 2], 2)
     """
     for window in windows:
         counts = [labels.shape[0] for _, labels in window]
-        if run.window_step is not None:
-            # A window that already holds its micro-batches stacked ([k, B, ...], data.mnist.Window)
-            # goes in as it is; a plain list is stacked by the window step.
+        whole = len(window) == accumulate_step and all(count == batch_size for count in counts)
+        if run.window_step is not None and whole:
             stacked = getattr(window, "stacked", None)
             losses, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
             yield float(losses.asnumpy().sum(dtype=np.float64)), sum(counts)
-        else:
-            losses = [run.train_step(inputs, labels) for inputs, labels in window]
-            yield sum(float(loss.asnumpy()) for loss in losses), sum(counts)
+            continue
+        losses = []
+        for inputs, labels in window:
+            if run.window_step is None and labels.shape[0] == batch_size:
+                losses.append(run.train_step(inputs, labels))
+            else:
+                with _op_by_op():
+                    losses.append(run.eager_step(inputs, labels))
+        yield sum(float(loss.asnumpy()) for loss in losses), sum(counts)
+    # Only a partial last window needs the flush: an empty one would not change a thing.
+    # Ranks hold equally many micro-batches: all agree.
+    if int(run.accumulator.micro_step):
+        with _op_by_op():
+            run.eager_flush()
 
 
 def train_epoch(run, task, config, epoch, progress=True):
@@ -155,15 +197,11 @@ def train_epoch(run, task, config, epoch, progress=True):
     started = time.perf_counter()
     with tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample", unit_scale=True,
               leave=False, disable=not progress, dynamic_ncols=True) as bar:
-        for window_loss, window_samples in _window_losses(run, windows):
+        for window_loss, window_samples in train_on_windows(run, windows, config.batch_size, config.first_step):
             loss_sum += window_loss
             samples += window_samples
             bar.set_postfix(loss=f"{loss_sum / samples:.4f}", refresh=False)
             bar.update(window_samples)
-        # Only a partial last window needs the flush: an empty one would not change a thing, and
-        # the first epoch would compile its graph for nothing. Ranks hold equal shards: all agree.
-        if int(run.accumulator.micro_step):
-            run.flush()
     seconds = time.perf_counter() - started
     return {"train_loss": loss_sum / max(samples, 1), "samples": samples * config.ranks, "seconds": seconds}
 
