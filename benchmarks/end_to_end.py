@@ -11,10 +11,13 @@ and alternates, epoch by epoch, between:
   beforehand (the same windows, the short last one included, stepped by
   ``training.loop.train_on_windows`` as the tool steps them): what the
   tool would reach if reading data and its progress bar cost nothing;
-* ``engine`` (per-micro-step only): ``train_epoch`` fed by the previous
-  pipeline, ``mindspore.dataset.MnistDataset`` with its maps and batch.
+A third worker (``pipelines``) trains per micro-step too, alternating its
+own ceiling with ``train_epoch`` fed by ``mindspore.dataset`` pipelines:
+``engine``, the previous pipeline (``MnistDataset`` with its maps and
+batch) and, with ``--experiments``, the other candidates. Apart, so that
+their threads never share a worker with the tool's timing.
 
-A third worker, when PyTorch is installed, trains the same network with the
+A last worker, when PyTorch is installed, trains the same network with the
 same accumulation (summed loss, divided by the window's samples; one update
 per window, the short last window too) on the same in-memory data, in eager
 mode with 2 threads. Each worker's first epoch is reported apart (it
@@ -29,8 +32,8 @@ import tempfile
 import time
 
 # Which step each worker runs: the per-micro-step loop, --window-step, the PyTorch reference.
-STEPS = ("micro", "window", "torch")
-STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "torch": "PyTorch"}
+STEPS = ("micro", "window", "pipelines", "torch")
+STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "pipelines": "pipelines", "torch": "PyTorch"}
 PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory",
              "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads",
              # Pipeline candidates (--experiments): the tool fed by other mindspore.dataset pipelines.
@@ -43,7 +46,7 @@ FIRST_EPOCH_EXTRA_S = 2.0
 
 
 def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False):
-    """One spec per worker: the per-micro-step run, the window-step run and, with ``torch``, PyTorch.
+    """One spec per worker: per-micro-step, window step, the dataset pipelines and, with ``torch``, PyTorch.
 
     ``torch`` None: when it is importable. ``data_dir`` None: each worker
     writes the ``--synthetic`` set to a temporary folder. ``experiments``
@@ -51,12 +54,12 @@ def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_targ
 
     Example:
         >>> [spec["step"] for spec in make_specs(32, 2, epochs=6, torch=False)]
-        ['micro', 'window']
+        ['micro', 'window', 'pipelines']
     """
     if torch is None:
         import importlib.util
         torch = importlib.util.find_spec("torch") is not None
-    steps = STEPS if torch else STEPS[:2]
+    steps = STEPS if torch else STEPS[:3]
     return [dict(kind="end_to_end", step=step, batch=batch, accumulate=accumulate, epochs=epochs,
                  data_dir=data_dir, device_target=device_target, experiments=experiments) for step in steps]
 
@@ -142,16 +145,18 @@ def _measure_mindspore(spec, data_dir, progress):
     def tool(on=task):
         return lambda: train_epoch(run, on, config, next(epoch), progress)["samples"]
 
-    first = _timed(tool())
-    windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
-                                      drop_remainder=False, num_shards=None, shard_id=None))
-    variants = {"tool": tool(), "ceiling": lambda: _ceiling_epoch(run, windows, config.batch_size,
-                                                                  config.accumulate_step)}
-    if spec["step"] == "micro":
+    variants = {"tool": tool()}
+    if spec["step"] == "pipelines":
+        variants = {}
         for name in ("engine",) + (CANDIDATES if spec.get("experiments") else ()):
             fed = dataclasses.replace(task, train_windows=_pipeline_windows(name, os.path.join(data_dir, "train")))
             variants[name] = tool(fed)
-            _timed(variants[name])  # the pipeline's own first epoch: its threads start
+    first = _timed(next(iter(variants.values())))
+    for variant in list(variants.values())[1:]:
+        _timed(variant)  # each pipeline's own first epoch: its threads start
+    windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
+                                      drop_remainder=False, num_shards=None, shard_id=None))
+    variants["ceiling"] = lambda: _ceiling_epoch(run, windows, config.batch_size, config.accumulate_step)
     epochs = {name: [] for name in variants}
     names = list(variants)
     for index in range(spec["epochs"] - 1):
@@ -210,7 +215,7 @@ def measure(spec, progress=True):
         >>> _ = write_synthetic_mnist(folder, n_train=64, n_test=16)
         >>> result = measure(dict(step="micro", batch=16, accumulate=2, epochs=2, data_dir=folder), progress=False)
         >>> sorted(result["epochs"]), result["epochs"]["tool"][0]["samples"]
-        (['ceiling', 'engine', 'tool'], 64)
+        (['ceiling', 'tool'], 64)
     """
     missing = sorted({"step", "batch", "accumulate", "epochs"} - set(spec))
     if missing or spec["step"] not in STEPS:
@@ -240,7 +245,7 @@ def run_end_to_end(specs, repeats, timeout=600, log=None):
         >>> import io
         >>> runs = run_end_to_end([dict(kind="end_to_end", step="nope")], repeats=1, log=io.StringIO())
         >>> runs[0]["error"].splitlines()[-1]
-        "ValueError: an end-to-end spec needs step (one of micro, window, torch), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
+        "ValueError: an end-to-end spec needs step (one of micro, window, pipelines, torch), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
     """
     from benchmarks.runner import run_module
     log = log or sys.stderr
@@ -397,7 +402,7 @@ def main(argv=None):
     Example:
         >>> main(['{"step": "micro"}'])
         Traceback (most recent call last):
-        ValueError: an end-to-end spec needs step (one of micro, window, torch), batch, accumulate and epochs; got {'step': 'micro'}
+        ValueError: an end-to-end spec needs step (one of micro, window, pipelines, torch), batch, accumulate and epochs; got {'step': 'micro'}
     """
     from benchmarks.worker import RESULT_PREFIX
     spec = json.loads((sys.argv[1:] if argv is None else argv)[0])

@@ -24,9 +24,9 @@ def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist, restore_mode
     runs = []
     for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True):
         runs.append(dict(spec, **end_to_end.measure(spec, progress=False)))
-    expected = {"micro": ["tool", "ceiling", "engine", "engine_1", "slices", "generator"],
-                "window": ["tool", "ceiling"], "torch": ["loop"]}
-    assert [run["step"] for run in runs] == ["micro", "window"] + (["torch"] if HAS_TORCH else [])
+    expected = {"micro": ["tool", "ceiling"], "window": ["tool", "ceiling"],
+                "pipelines": ["engine", "engine_1", "slices", "generator", "ceiling"], "torch": ["loop"]}
+    assert [run["step"] for run in runs] == ["micro", "window", "pipelines"] + (["torch"] if HAS_TORCH else [])
     for run in runs:
         assert list(run["epochs"]) == expected[run["step"]]
         assert run["first"]["samples"] == 80 and run["first"]["seconds"] > 0
@@ -52,8 +52,9 @@ def _epochs(seconds, samples=600):
 
 def test_ratios_pair_each_tool_with_its_own_ceiling_and_targets_need_median_and_fastest():
     runs = [dict(step="micro", first=dict(seconds=1.5, samples=600),
-                 epochs={"tool": _epochs([0.2, 0.3, 0.25]), "ceiling": _epochs([0.2, 0.2, 0.2]),
-                         "engine": _epochs([0.5, 0.5, 0.5])}),
+                 epochs={"tool": _epochs([0.2, 0.3, 0.25]), "ceiling": _epochs([0.2, 0.2, 0.2])}),
+            dict(step="pipelines", first=dict(seconds=1.5, samples=600),
+                 epochs={"engine": _epochs([0.5, 0.5, 0.5]), "ceiling": _epochs([0.2, 0.2, 0.2])}),
             dict(step="window", first=dict(seconds=4.0, samples=600),
                  epochs={"tool": _epochs([0.1, 0.105, 0.105]), "ceiling": _epochs([0.1, 0.1, 0.1])}),
             dict(step="torch", error="Traceback\nImportError: no torch")]
@@ -62,7 +63,8 @@ def test_ratios_pair_each_tool_with_its_own_ceiling_and_targets_need_median_and_
     assert micro["vs_ceiling"] == pytest.approx(0.8) and micro["min_vs_ceiling"] == pytest.approx(1.0)
     assert micro["paired_vs_ceiling"] == pytest.approx(0.8)  # 1.0, 0.67 and 0.8 epoch by epoch
     assert micro["first_extra_s"] == pytest.approx(1.25)
-    assert rows[("micro", "engine")]["vs_ceiling"] == pytest.approx(0.4)
+    assert rows[("pipelines", "engine")]["vs_ceiling"] == pytest.approx(0.4)
+    assert "first_epoch_s" not in rows[("pipelines", "engine")]
     assert rows[("window", "tool")]["vs_ceiling"] == pytest.approx(0.1 / 0.105)
     assert rows[("torch", "loop")]["error"].endswith("no torch")
     checks = {check["target"]: check["met"] for check in end_to_end.check_targets(list(rows.values()))}
