@@ -79,7 +79,7 @@ def plot_end_to_end(rows, path):
         if "vs_ceiling" in row:
             bars.text(row["samples_per_s"], index, f" {row['vs_ceiling']:.2f}x", va="center", fontsize=8)
     bars.invert_yaxis()
-    bars.set_xlabel("samples/s, steady epochs (median); ratios against the same step on Tensors in memory")
+    bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the same step on Tensors in memory)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
