@@ -4,6 +4,18 @@ import sys
 from benchmarks.configs import SWEPT
 
 
+def _pyplot():
+    """matplotlib.pyplot drawing to files only, or None after a line on stderr when it is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot needs matplotlib, which is not installed: pip install matplotlib", file=sys.stderr)
+        return None
+    return plt
+
+
 def plot(rows, best, path):
     """Writes throughput bars and peak memory against effective batch to ``path`` (PNG).
 
@@ -16,12 +28,8 @@ def plot(rows, best, path):
         >>> plot([row], {("mnist", "graph", "plain_micro"): row}, path), os.path.getsize(path) > 0
         (True, True)
     """
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib, which is not installed: pip install matplotlib", file=sys.stderr)
+    plt = _pyplot()
+    if plt is None:
         return False
     chosen = sorted(best.values(), key=lambda r: (r["net"], r["mode"], r["contender"]))
     # A fifth of an inch per bar keeps every label readable.
@@ -62,12 +70,8 @@ def plot_end_to_end(rows, path):
         (True, True)
     """
     from benchmarks.end_to_end import PIPELINES, STEP_NAMES
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib, which is not installed: pip install matplotlib", file=sys.stderr)
+    plt = _pyplot()
+    if plt is None:
         return False
     shown = [row for row in rows if "samples_per_s" in row]
     figure, bars = plt.subplots(figsize=(9, 0.45 * len(shown) + 1.5))

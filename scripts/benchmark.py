@@ -112,6 +112,24 @@ def end_to_end(args):
     data = args.data_dir or "the --synthetic set"
     print(e2e.format_table(rows, f"end to end: {data}, batch {args.batch} x {args.accumulate}, graph mode on "
                                  f"{args.device_target}, {args.repeats} x {args.epochs} epochs per step"))
+
+    def draw(path):
+        from benchmarks.plot import plot_end_to_end
+        return plot_end_to_end(rows, path)
+
+    return finish(args, runs, rows, checks, draw)
+
+
+def finish(args, runs, rows, checks, draw):
+    """After the table: the targets and the load note printed, the JSON written, ``draw(path)`` for the plot.
+
+    Returns the exit status: 2 when the plot could not be written, 1 when a
+    row failed, else 0.
+
+    Example:
+        >>> finish(parse_args([]), runs=[], rows=[dict(error="boom")], checks=[], draw=None)
+        1
+    """
     if checks:
         print(format_targets(checks))
     load = note_load(runs)
@@ -119,10 +137,8 @@ def end_to_end(args):
         print(load)
     if args.json:
         write_json(args.json, settings=vars(args), runs=runs, rows=rows, targets=checks)
-    if args.plot:
-        from benchmarks.plot import plot_end_to_end
-        if not plot_end_to_end(rows, args.plot):
-            return 2
+    if args.plot and not draw(args.plot):
+        return 2
     return 1 if any("error" in row for row in rows) else 0
 
 
@@ -148,18 +164,12 @@ def main(argv=None):
     best = best_rows(rows)
     checks = check_targets(rows, best)
     print(format_table(rows, best))
-    if checks:
-        print(format_targets(checks))
-    load = note_load(runs)
-    if load:
-        print(load)
-    if args.json:
-        write_json(args.json, settings=vars(args), runs=runs, rows=rows, targets=checks)
-    if args.plot:
+
+    def draw(path):
         from benchmarks.plot import plot
-        if not plot(rows, best, args.plot):
-            return 2
-    return 1 if any("error" in row for row in rows) else 0
+        return plot(rows, best, path)
+
+    return finish(args, runs, rows, checks, draw)
 
 
 if __name__ == "__main__":
