@@ -23,14 +23,21 @@ _FALSE = Tensor(False, ms.bool_)
 
 # Helpers live at module level: a lambda written inside an in-graph `if`
 # branch does not compile in MindSpore 2.10 ("have return node!").
+def _as_buffer_dtype(buffer, grad):
+    # Decided when the graph is built: a Cast to the same dtype is still a kernel per micro-step.
+    if grad.dtype == buffer.dtype:
+        return grad
+    return grad.astype(buffer.dtype)
+
+
 def _add_into(buffer, grad):
-    return ops.assign_add(buffer, grad.astype(buffer.dtype))
+    return ops.assign_add(buffer, _as_buffer_dtype(buffer, grad))
 
 
 def _add_if(keep, buffer, grad):
     # where, not a branch: the window step calls this inside its while loop,
     # and MindSpore 2.10 leaks memory on control flow nested in control flow.
-    return ops.assign_add(buffer, ops.where(keep, grad.astype(buffer.dtype), ops.zeros_like(buffer)))
+    return ops.assign_add(buffer, ops.where(keep, _as_buffer_dtype(buffer, grad), ops.zeros_like(buffer)))
 
 
 def _cast_like(param, buffer):
@@ -272,7 +279,7 @@ class Accumulator:
             self._optional_state += self.noise.state_parameters()
         if self.schedule.reads_state:
             self.schedule.bind(self)
-        # Set and cleared within one call (see _apply), so never checkpointed.
+        # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self.members = []
 
@@ -289,7 +296,7 @@ class Accumulator:
         * ``close_window(tensors, applied)``: called once per window with those
           tensors, reduced, and a bool Tensor, True when the window is applied.
           It runs inside a branch, so it must not branch on Tensors itself
-          (use ``ops.select``; see ``_apply``).
+          (use ``ops.select``; see ``_update_if_ready``).
 
         Attach before the first compiled call and before building an
         ``AccumulationTrainCell``.
@@ -350,8 +357,8 @@ class Accumulator:
         # binding the condition to a name that is also returned makes
         # MindSpore 2.10's graph compiler drop the branch.
         if full:
-            return self._apply()
-        return _FALSE
+            self._close_window()
+        return self._update_if_ready()
 
     def accumulate(self, grads, count=None):
         """Adds one micro-batch's ``grads`` to the window and never applies it.
@@ -459,16 +466,15 @@ class Accumulator:
             (False, True, False)
         """
         if self.micro_step > 0:
-            return self._apply()
-        return _FALSE
+            self._close_window()
+        return self._update_if_ready()
 
-    def _apply(self):
-        # Two branches one after the other, never one inside the other:
+    def _update_if_ready(self):
+        # A branch after the one that closed the window, never inside it:
         # MindSpore 2.10 leaks host memory on every run of a graph with a
-        # nested data-dependent `if` (about 2 KB per micro-step on the MNIST
-        # net), so the window is closed in one branch and the optimizer runs
-        # in a second, top-level branch on the flag the first one sets.
-        self._close_window()
+        # data-dependent `if` nested in another (about 2 KB per micro-step on
+        # the MNIST net), so the window is closed in one branch and the
+        # optimizer runs in a second one on the flag the first one sets.
         if self.ready:
             return self._update()
         return _FALSE
