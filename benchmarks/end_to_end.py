@@ -396,6 +396,29 @@ def format_table(rows, title=""):
     return "\n".join(lines)
 
 
+def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU", experiments=False, timeout=600,
+           json_path=None, settings=None, plot_path=None):
+    """The ``--end-to-end`` run: table, targets and load note printed, JSON and plot written; the exit status.
+
+    Example:
+        >>> report(32, 2, epochs=3, repeats=1)  # a few minutes  # doctest: +SKIP
+        0
+    """
+    from benchmarks.report import finish
+    specs = make_specs(batch, accumulate, epochs, data_dir, device_target=device_target, experiments=experiments)
+    runs = run_end_to_end(specs, repeats, timeout)
+    rows = summarize(runs)
+    checks = check_targets(rows)
+    print(format_table(rows, f"end to end: {data_dir or 'the --synthetic set'}, batch {batch} x {accumulate}, "
+                             f"graph mode on {device_target}, {repeats} x {epochs} epochs per step"))
+
+    def draw(path):
+        from benchmarks.plot import plot_end_to_end
+        return plot_end_to_end(rows, path)
+
+    return finish(runs, rows, checks, json_path, settings, plot_path, draw)
+
+
 def main(argv=None):
     """Measures the worker spec given as JSON in ``argv[0]`` and prints the ``RESULT`` line.
 

@@ -98,3 +98,25 @@ def write_json(path, **sections):
     """
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(sections, handle, indent=1)
+
+
+def finish(runs, rows, checks, json_path=None, settings=None, plot_path=None, draw=None):
+    """After the table: the targets and the load note printed, the JSON written, ``draw(path)`` for the plot.
+
+    Returns the exit status: 2 when the plot could not be written, 1 when a
+    row failed, else 0.
+
+    Example:
+        >>> finish(runs=[], rows=[dict(error="boom")], checks=[])
+        1
+    """
+    if checks:
+        print(format_targets(checks))
+    load = note_load(runs)
+    if load:
+        print(load)
+    if json_path:
+        write_json(json_path, settings=settings, runs=runs, rows=rows, targets=checks)
+    if plot_path and not draw(plot_path):
+        return 2
+    return 1 if any("error" in row for row in rows) else 0

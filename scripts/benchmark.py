@@ -29,7 +29,7 @@ if REPO_ROOT not in sys.path:
 from benchmarks.analysis import best_rows, check_targets, summarize  # noqa: E402
 from benchmarks.configs import MODES, NETS, make_configs, name_list, positive, positive_int_list  # noqa: E402
 from benchmarks.contenders import CONTENDERS, available_contenders  # noqa: E402
-from benchmarks.report import format_table, format_targets, note_load, write_json  # noqa: E402
+from benchmarks.report import finish, format_table  # noqa: E402
 from benchmarks.runner import run_configs  # noqa: E402
 
 
@@ -96,52 +96,6 @@ def parse_args(argv=None):
     return args
 
 
-def end_to_end(args):
-    """The ``--end-to-end`` run: table, targets and load note printed, JSON and plot written; the exit status.
-
-    Example:
-        >>> end_to_end(parse_args(["--end-to-end", "--quick"]))  # a few minutes  # doctest: +SKIP
-        0
-    """
-    from benchmarks import end_to_end as e2e
-    specs = e2e.make_specs(args.batch, args.accumulate, args.epochs, args.data_dir, device_target=args.device_target,
-                           experiments=args.experiments)
-    runs = e2e.run_end_to_end(specs, args.repeats, args.timeout)
-    rows = e2e.summarize(runs)
-    checks = e2e.check_targets(rows)
-    data = args.data_dir or "the --synthetic set"
-    print(e2e.format_table(rows, f"end to end: {data}, batch {args.batch} x {args.accumulate}, graph mode on "
-                                 f"{args.device_target}, {args.repeats} x {args.epochs} epochs per step"))
-
-    def draw(path):
-        from benchmarks.plot import plot_end_to_end
-        return plot_end_to_end(rows, path)
-
-    return finish(args, runs, rows, checks, draw)
-
-
-def finish(args, runs, rows, checks, draw):
-    """After the table: the targets and the load note printed, the JSON written, ``draw(path)`` for the plot.
-
-    Returns the exit status: 2 when the plot could not be written, 1 when a
-    row failed, else 0.
-
-    Example:
-        >>> finish(parse_args([]), runs=[], rows=[dict(error="boom")], checks=[], draw=None)
-        1
-    """
-    if checks:
-        print(format_targets(checks))
-    load = note_load(runs)
-    if load:
-        print(load)
-    if args.json:
-        write_json(args.json, settings=vars(args), runs=runs, rows=rows, targets=checks)
-    if args.plot and not draw(args.plot):
-        return 2
-    return 1 if any("error" in row for row in rows) else 0
-
-
 def main(argv=None):
     """Runs the benchmark the command line asks for, prints the table and targets; returns the exit status.
 
@@ -156,7 +110,9 @@ def main(argv=None):
         from benchmarks.kernels import report_kernels
         return report_kernels(args.device_target, args.json)
     if args.end_to_end:
-        return end_to_end(args)
+        from benchmarks.end_to_end import report
+        return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,
+                      args.experiments, args.timeout, args.json, vars(args), args.plot)
     names = args.contenders or available_contenders(args.experiments)
     configs = make_configs(args.nets, args.modes, names, args.batch, args.accumulate, args.sweep, args.sweep_net)
     runs = run_configs(configs, args.repeats, args.seconds, args.blocks, args.device_target, args.timeout)
@@ -169,7 +125,7 @@ def main(argv=None):
         from benchmarks.plot import plot
         return plot(rows, best, path)
 
-    return finish(args, runs, rows, checks, draw)
+    return finish(runs, rows, checks, args.json, vars(args), args.plot, draw)
 
 
 if __name__ == "__main__":
