@@ -8,7 +8,6 @@ from accumulator.noise import NoiseTracker
 from accumulator.schedule import as_schedule
 
 REDUCTIONS = ("mean", "sum")
-SKIP_POLICIES = (True, False, "micro_batch")
 # Gradients summed in float16 or bfloat16 stall: 2048 + 1 is 2048 in float16.
 LOW_PRECISION = (ms.float16, ms.bfloat16)
 FLOAT_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64)

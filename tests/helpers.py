@@ -124,3 +124,14 @@ class DoublingReducer:
     def __call__(self, tensors):
         ops.assign(self.seen_weight, tensors[-1])
         return self.map(_double, tensors)
+
+
+class Scale(nn.Cell):
+    """``sum(w * x)`` over a ``size``-vector of ``dtype``: its gradient is ``x``, so a test picks the gradient."""
+
+    def __init__(self, dtype=ms.float32, size=2):
+        super().__init__()
+        self.w = Parameter(Tensor(np.zeros(size), dtype), name="w")
+
+    def construct(self, x):
+        return (self.w.astype(ms.float32) * x).sum()

@@ -6,17 +6,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.amp import DynamicLossScaler
 
 from accumulator import Accumulator, CheckpointMismatchError, load_checkpoint, save_checkpoint
-
-
-class Scale(nn.Cell):
-    """``sum(w * x)``: its gradient is ``x``, so a test sets the gradient it accumulates."""
-
-    def __init__(self, dtype, size=2):
-        super().__init__()
-        self.w = Parameter(Tensor(np.zeros(size), dtype), name="w")
-
-    def construct(self, x):
-        return (self.w.astype(ms.float32) * x).sum()
+from helpers import Scale
 
 
 def add_many(accumulator):

@@ -7,8 +7,8 @@ import mindspore as ms
 from mindspore import nn
 
 from accumulator import Accumulator
-from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, reference_state, split)
+from helpers import (Scale, accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
+                     make_optimizer, optimizer_state, reference_state, split)
 
 LEARNING_RATE = 0.1
 
@@ -182,17 +182,6 @@ def test_clipping_sees_the_unscaled_mean_under_loss_scaling(by_matmul):
         step(data, label)
     for got, want in zip(optimizer.parameters, expected):
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5, atol=1e-6)
-
-
-class Scale(nn.Cell):
-    """``sum(w * x)``: its gradient is ``x``, so a test picks each micro-batch's gradient."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = ms.Parameter(ms.Tensor(np.zeros(2, np.float32)), name="w")
-
-    def construct(self, x):
-        return (self.w * x).sum()
 
 
 def scale_setup(accumulate_step, **accumulator_args):
