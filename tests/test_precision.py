@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Tensor, nn, ops
 from mindspore.amp import DynamicLossScaler
 
 from accumulator import Accumulator, CheckpointMismatchError, load_checkpoint, save_checkpoint
