@@ -43,6 +43,17 @@ def _cast_like(param, buffer):
     return buffer.astype(param.dtype)
 
 
+def _scale_like(factor, param, buffer):
+    # The mean, unscaling and clipping in one multiply, cast to the
+    # parameter's dtype only where it differs: each kernel counts once per window.
+    if buffer.dtype != ms.float32:
+        factor = factor.astype(buffer.dtype)
+    grad = buffer * factor
+    if grad.dtype == param.dtype:
+        return grad
+    return grad.astype(param.dtype)
+
+
 def _clear(buffer):
     # Assign zeros, not `buffer * 0`: NaN * 0 stays NaN.
     return ops.assign(buffer, ops.zeros_like(buffer))
@@ -50,14 +61,6 @@ def _clear(buffer):
 
 def _assign(buffer, value):
     return ops.assign(buffer, value)
-
-
-def _assign_if(keep, buffer, value):
-    return ops.assign(buffer, ops.where(keep, value, ops.zeros_like(value)))
-
-
-def _scale(factor, grad):
-    return grad * factor.astype(grad.dtype)
 
 
 def _sum(by_matmul, grad):
@@ -174,6 +177,9 @@ class Accumulator:
             exponential average of applied windows' norms and how many it
             holds; only with ``spike_factor``.
         noise: the ``NoiseTracker`` and its state; only with ``track_noise``.
+        ready, discard, factor: what the branch that closed a window tells
+            the branches after it in the same call (apply, clear a skipped
+            window, the scalar to multiply by); never checkpointed.
         schedule: where the next window's N comes from (``fixed_step`` is
             its N when it never changes).
         sum_by_matmul: take the finiteness check and the clip norm as MatMul
@@ -280,6 +286,12 @@ class Accumulator:
             self.schedule.bind(self)
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
+        self._skips = bool(self.skip_nonfinite) or spike_factor is not None
+        if self._skips:
+            self.discard = _state_parameter(False, ms.bool_, "discard")
+        self._scales = reduction == "mean" or loss_scaler is not None or clip_norm is not None
+        if self._scales:
+            self.factor = _state_parameter(1.0, ms.float32, "factor")
         self.members = []
 
     def attach(self, member):
@@ -469,17 +481,20 @@ class Accumulator:
         return self._update_if_ready()
 
     def _update_if_ready(self):
-        # A branch after the one that closed the window, never inside it:
+        # Branches after the one that closed the window, never inside it:
         # MindSpore 2.10 leaks host memory on every run of a graph with a
         # data-dependent `if` nested in another (about 2 KB per micro-step on
-        # the MNIST net), so the window is closed in one branch and the
-        # optimizer runs in a second one on the flag the first one sets.
+        # the MNIST net), so the window is closed in one branch and applied
+        # (or discarded) in sibling branches on the flags the first one sets.
+        if self._skips:
+            if self.discard:
+                self._discard()
         if self.ready:
             return self._update()
         return _FALSE
 
     def _close_window(self):
-        """Leaves the window's update in the buffers and sets ``ready`` if it is to be applied."""
+        """Decides the closed window's fate: sets ``factor`` and ``ready`` (apply) or ``discard``."""
         grads = self.grad_buffers
         total = self.weight_total
         extra = ()
@@ -490,6 +505,8 @@ class Accumulator:
         if self.grad_reducer is not None:
             reduced = self.grad_reducer(tuple(grads) + extra + (total,))
             grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
+            # The update branch reads the buffers: leave the reduced window there.
+            _hyper_map(_assign, self.grad_buffers, grads)
         factor = self._normalising_factor(total)
         norm = None
         if self.clip_norm is not None or self.spike_factor is not None or self.noise is not None:
@@ -501,9 +518,6 @@ class Accumulator:
         if self.clip_norm is not None:
             clip = self.clip_norm / ops.maximum(norm, self.clip_norm)
             factor = clip if factor is None else factor * clip
-        # Unscaling, the mean and clipping share one multiply per window.
-        if factor is not None:
-            grads = _hyper_map(ops.partial(_scale, factor), grads)
         finite = self._finite(grads, norm)
         if self.skip_nonfinite == "micro_batch":
             # A window that kept no micro-batch has nothing to apply.
@@ -517,21 +531,22 @@ class Accumulator:
             self.noise.close(extra[-4:], norm * norm, scale, applied)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
-        if self.skip_nonfinite or self.spike_factor is not None:
-            # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
-            _hyper_map(ops.partial(_assign_if, applied), self.grad_buffers, grads)
-            ops.assign_add(self.skipped_windows, 1 - applied.astype(ms.int32))
-        elif factor is not None or self.grad_reducer is not None:
-            _hyper_map(_assign, self.grad_buffers, grads)
         start = 0
         for member in self.members:
             size = len(member.window_tensors())
             member.close_window(extra[start:start + size], applied)
             start = start + size
+        # The update multiplies by the factor as it hands the window to the
+        # optimizer: one pass over the buffers, none written back.
+        if factor is not None:
+            ops.assign(self.factor, factor)
+        if self._skips:
+            ops.assign(self.discard, ops.logical_not(applied))
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
-        ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
+        if self.schedule.fixed_step is None:
+            ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
 
     @property
     def noise_scale(self):
@@ -566,13 +581,21 @@ class Accumulator:
 
     def _update(self):
         grads = self.grad_buffers
-        if self._casts:
+        if self._scales:
+            grads = _hyper_map(ops.partial(_scale_like, self.factor), self.optimizer.parameters, grads)
+        elif self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
         self.optimizer(grads)
         ops.assign_add(self.update_count, ops.ones((), ms.int32))
         _hyper_map(_clear, self.grad_buffers)
         ops.assign(self.ready, _FALSE)
         return _TRUE
+
+    def _discard(self):
+        # A skipped window is cleared to real zeros (NaN * 0 stays NaN).
+        _hyper_map(_clear, self.grad_buffers)
+        ops.assign_add(self.skipped_windows, ops.ones((), ms.int32))
+        ops.assign(self.discard, _FALSE)
 
     def _normalising_factor(self, total):
         """The scalar the window's sum is multiplied by, or None for none."""
