@@ -63,20 +63,42 @@ def _assign(buffer, value):
     return ops.assign(buffer, value)
 
 
-def _sum(by_matmul, grad):
-    grad = grad.astype(ms.float32)
-    if not by_matmul or grad.ndim < 2:
-        return grad.sum()
-    # A product with a ones column sums a matrix: MindSpore 2.10's CPU
-    # reductions (ReduceSum, AllFinite) run 8-15x slower than its MatMul over
-    # the same elements, more than the whole update costs.
+def _float32(grad):
+    return grad if grad.dtype == ms.float32 else grad.astype(ms.float32)
+
+
+def _square(grad):
+    grad = _float32(grad)
+    return grad * grad
+
+
+def _plain_sum(grad):
+    return _float32(grad).sum()
+
+
+def _row_sums(grad):
+    """A column of partial sums: a matrix's row sums by MatMul, a vector as it is."""
+    grad = _float32(grad)
+    if grad.ndim < 2:
+        return grad.reshape((-1, 1))
     rows = grad.reshape((grad.shape[0], -1))
-    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32)).sum()
+    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32))
 
 
-def _squared_sum(by_matmul, grad):
-    grad = grad.astype(ms.float32)
-    return _sum(by_matmul, grad * grad)
+def _total(by_matmul, grads):
+    """The float32 sum of every element of ``grads``, a 0-d Tensor."""
+    if not by_matmul:
+        return ops.addn(_hyper_map(_plain_sum, grads))
+    # Products with ones columns: MindSpore 2.10's CPU reductions (ReduceSum,
+    # AllFinite) run 8-15x slower than its MatMul over the same elements, and
+    # every kernel in a graph with branches costs tens of microseconds, so
+    # the row sums of all tensors are joined and summed by one more MatMul.
+    column = ops.concat(_hyper_map(_row_sums, grads))
+    return ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(())
+
+
+def _squared_total(by_matmul, grads):
+    return _total(by_matmul, _hyper_map(_square, grads))
 
 
 def _all_finite(by_matmul, grads):
@@ -84,7 +106,7 @@ def _all_finite(by_matmul, grads):
         return ms.amp.all_finite(grads)
     # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite
     # gradients only overflows beyond 3e38.
-    return ops.isfinite(ops.addn(_hyper_map(ops.partial(_sum, True), grads)))
+    return ops.isfinite(_total(True, grads))
 
 
 def _buffer(param, dtype):
@@ -432,7 +454,7 @@ class Accumulator:
         if count is None and self.micro_batch_size is None:
             raise ValueError("track_noise needs each micro-batch's sample count: pass it as "
                              "accumulator(grads, count) or set Accumulator(..., micro_batch_size=...)")
-        squared_norm = ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads))
+        squared_norm = _squared_total(self.sum_by_matmul, grads)
         if count is None:
             return self.noise.add(squared_norm, self.micro_batch_size, kept)
         # A summed loss's gradient is count times the micro-batch's mean gradient.
@@ -512,7 +534,7 @@ class Accumulator:
         if self.clip_norm is not None or self.spike_factor is not None or self.noise is not None:
             # The norm of the summed window, scaled as the update will be; any
             # NaN or Inf makes it NaN or Inf, so it is the finiteness check too.
-            norm = ops.sqrt(ops.addn(_hyper_map(ops.partial(_squared_sum, self.sum_by_matmul), grads)))
+            norm = ops.sqrt(_squared_total(self.sum_by_matmul, grads))
             if factor is not None:
                 norm = norm * factor
         if self.clip_norm is not None:

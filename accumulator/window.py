@@ -54,17 +54,20 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps):
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
     micro-steps and weight are counted once, after the loop, except what
     ``skip_nonfinite="micro_batch"`` keeps, which ``add`` tallies in the loop.
+    The losses are summed, not stored one by one: a write into a
+    ``[micro-batches]`` Tensor costs about 40 us per micro-batch in MindSpore
+    2.10's loop, 3% of the MNIST window at N=16, and a sum costs nothing.
     """
-    losses = ops.zeros(inputs[0].shape[:1], ms.float32)
+    loss_sum = ops.zeros((), ms.float32)
     tally = (ops.zeros((), ms.int32), ops.zeros((), ms.float32))
     i = ops.zeros((), ms.int32)
     while i < micro_steps:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
         tally = add(accumulator, grads, counts, i, tally)
-        losses[i] = ops.cast(loss, ms.float32)
+        loss_sum = loss_sum + ops.cast(loss, ms.float32)
         i = i + 1
     count(accumulator, micro_steps, counts, tally)
-    return losses
+    return loss_sum
 
 
 def _jit_loop(grad_fn, accumulator, apply):
@@ -76,8 +79,8 @@ def _jit_loop(grad_fn, accumulator, apply):
         add, count = _add, _count
     if apply:
         def window(inputs, counts, micro_steps):
-            losses = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
-            return losses, accumulator.flush()
+            loss_sum = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
+            return loss_sum, accumulator.flush()
     else:
         def window(inputs, counts, micro_steps):
             return _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
@@ -156,8 +159,8 @@ def make_window_step(grad_fn, accumulator):
     Returns:
         ``window_step(*stacked, counts=None)`` or
         ``window_step(micro_batches, counts=None)``, returning
-        ``(losses, updated)``: a float32 ``[micro-batches]`` Tensor of the
-        micro-batch losses and a bool Tensor, True when the optimizer ran.
+        ``(loss_sum, updated)``: the window's micro-batch losses summed, a
+        float32 Tensor, and a bool Tensor, True when the optimizer ran.
 
         * ``stacked``: one Tensor per ``grad_fn`` argument, each
           ``[micro-batches, ...]`` with micro-batch ``i`` at index ``i``. Each
@@ -188,16 +191,16 @@ def make_window_step(grad_fn, accumulator):
         ...     return ms.value_and_grad(forward, None, parameters)
         >>> window_step = make_window_step(make_grad_fn(net, accumulator.optimizer.parameters), accumulator)
         >>> x, y = Tensor(np.ones((4, 2, 3), np.float32)), Tensor(np.zeros((4, 2, 1), np.float32))
-        >>> losses, updated = window_step(x, y)              # stacked: [4, B, ...]
-        >>> losses.shape, bool(updated), int(accumulator.update_count)
-        ((4,), True, 1)
+        >>> loss_sum, updated = window_step(x, y)            # stacked: [4, B, ...]
+        >>> loss_sum.shape, bool(updated), int(accumulator.update_count)   # the 4 losses summed
+        ((), True, 1)
 
     A list of micro-batches may end with a shorter one; with a summed loss
     and counts it weighs exactly as many samples as it holds:
         >>> window = [(x[0], y[0]), (x[1, :1], y[1, :1])]
-        >>> losses, updated = window_step(window, counts=[2, 1])
-        >>> losses.shape, float(accumulator.weight_total), int(accumulator.update_count)
-        ((2,), 0.0, 2)
+        >>> loss_sum, updated = window_step(window, counts=[2, 1])
+        >>> loss_sum.shape, float(accumulator.weight_total), int(accumulator.update_count)
+        ((), 0.0, 2)
     """
     # A host-side read of the window size would wait for the device every
     # call; only a fixed schedule's N is known up front.
@@ -232,15 +235,15 @@ def make_window_step(grad_fn, accumulator):
             # The common case stays one compiled call, flush included.
             stacked = _variables(ops.stack(column) for column in zip(*micro_batches))
             return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
-        losses = []
+        loss_sum = ops.zeros((), ms.float32)
         for start, stop in runs:
             if stop - start == 1:
                 count = None if counts is None else Tensor(counts[start])
-                losses.append(add_one(_variables(micro_batches[start]), count).reshape((1,)))
+                loss_sum = loss_sum + add_one(_variables(micro_batches[start]), count)
             else:
                 run_counts = None if counts is None else counts[start:stop]
                 stacked = _variables(ops.stack(column) for column in zip(*micro_batches[start:stop]))
-                losses.append(add_loop(stacked, _tensor(run_counts), Tensor(stop - start, ms.int32)))
-        return ops.concat(losses), flush()
+                loss_sum = loss_sum + add_loop(stacked, _tensor(run_counts), Tensor(stop - start, ms.int32))
+        return loss_sum, flush()
 
     return window_step

@@ -12,7 +12,7 @@ from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_
 def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="adam", **accumulator_args):
     """Reference: one jitted call per micro-batch, a flush after each short window.
 
-    Returns (optimizer state, per-window losses, per-window updated flags, accumulator).
+    Returns (optimizer state, per-window summed losses, per-window updated flags, accumulator).
     """
     net = make_net()
     optimizer = make_optimizer(optimizer_name, net.trainable_params())
@@ -42,7 +42,7 @@ def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="ad
             flags.append(bool(flag))
         if len(window) < accumulate_step:
             flags.append(bool(flush()))
-        losses.append(window_losses)
+        losses.append(sum(window_losses))
         updated.append(any(flags))
     return optimizer_state(optimizer), losses, updated, accumulator
 
@@ -61,11 +61,11 @@ def window_step_run(windows, accumulate_step, counts=None, stacked=True, optimiz
         if stacked:
             xs = ms.ops.stack([x for x, _ in window])
             ys = ms.ops.stack([y for _, y in window])
-            window_losses, flag = window_step(xs, ys, counts=window_counts)
+            loss_sum, flag = window_step(xs, ys, counts=window_counts)
         else:
-            window_losses, flag = window_step(window, counts=window_counts)
-        assert window_losses.shape == (len(window),)
-        losses.append(window_losses.asnumpy().tolist())
+            loss_sum, flag = window_step(window, counts=window_counts)
+        assert loss_sum.shape == ()
+        losses.append(float(loss_sum))
         updated.append(bool(flag))
     return optimizer_state(optimizer), losses, updated, accumulator
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
-import numpy as np
 from mindspore import nn, ops
 from tqdm import tqdm
 
@@ -33,7 +32,7 @@ class Run:
     the accumulator (which updates the weights when its window is full);
     ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
-    counts) -> (losses, updated)`` is set when the config asks for it;
+    counts) -> (summed loss, updated)`` is set when the config asks for it;
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
     gradient, uncompiled (for ``check_equivalence``); ``eager_step`` and
     ``eager_flush`` are ``train_step`` and ``flush`` uncompiled, for
@@ -155,8 +154,8 @@ def train_on_windows(run, windows, batch_size, accumulate_step):
         whole = len(window) == accumulate_step and all(count == batch_size for count in counts)
         if run.window_step is not None and whole:
             stacked = getattr(window, "stacked", None)
-            losses, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
-            yield float(losses.asnumpy().sum(dtype=np.float64)), sum(counts)
+            loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
+            yield float(loss_sum.asnumpy()), sum(counts)
             continue
         losses = []
         for inputs, labels in window:
