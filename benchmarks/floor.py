@@ -1,10 +1,13 @@
-"""The least any MindSpore window step can cost: the ``window_floor`` row.
+"""The least any MindSpore window step can cost: the ``window_floor`` rows.
 
 A bare in-graph ``while`` loop of forward, backward and ``assign_add`` into
 one buffer per parameter, then one optimizer call and a clear: no mean, no
 checks, no counters. The project's window step does all of that on top;
-the gap between the two rows is what its bookkeeping costs. The helpers are
-this module's own, so the floor stays bare whatever the Accumulator does.
+the gap between the two rows is what its bookkeeping costs. The ``checked``
+floor adds only what the Accumulator's defaults cannot do without: the
+mean's multiply and a finiteness check deciding, in a branch, whether the
+optimizer runs. The helpers are this module's own, so the floors stay bare
+whatever the Accumulator does.
 """
 import mindspore as ms
 from mindspore import ops
@@ -21,14 +24,33 @@ def _clear(buffer):
     return ops.assign(buffer, ops.zeros_like(buffer))
 
 
-def make_floor_step(grad_fn, optimizer):
+def _scale(factor, buffer):
+    return buffer * factor
+
+
+def _row_sums(buffer):
+    if buffer.ndim < 2:
+        return buffer.reshape((-1, 1))
+    rows = buffer.reshape((buffer.shape[0], -1))
+    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32))
+
+
+def _finite(buffers):
+    # The cheapest check found on CPU: row sums by MatMul, joined, summed by one more.
+    column = ops.concat(_hyper_map(_row_sums, buffers))
+    return ops.isfinite(ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(()))
+
+
+def make_floor_step(grad_fn, optimizer, checked=False):
     """A jitted ``window_step(x, y, k)`` over stacked micro-batches, and its buffers.
 
     ``x[i], y[i]`` for ``i < k`` go through ``grad_fn`` (which returns
     ``loss, grads`` for ``optimizer.parameters``); their gradients are summed
     into zero-initialised buffers, the optimizer runs once on the sum, and the
     buffers are cleared. ``k`` is an int32 Tensor, so the loop is never
-    unrolled. Returns the step and the buffers (one per parameter).
+    unrolled. ``checked``: the optimizer gets the mean (the sum over ``k``)
+    and runs only when the sum is finite. Returns the step and the buffers
+    (one per parameter).
 
     Example:
         >>> import numpy as np
@@ -45,18 +67,32 @@ def make_floor_step(grad_fn, optimizer):
         array([2.], dtype=float32)
         >>> float(buffers[0].asnumpy().sum())  # cleared for the next window
         0.0
+        >>> checked_step, _ = make_floor_step(grad_fn, optimizer, checked=True)
+        >>> _ = checked_step(x, y, Tensor(2, ms.int32))
+        >>> net.bias.asnumpy()  # it predicts 3 x 2 + 2 = 8: one SGD step on the mean gradient, 2 x (8 - 1)
+        array([-5.], dtype=float32)
     """
     buffers = optimizer.parameters.clone(prefix="floor", init="zeros")
 
-    @ms.jit
-    def window_step(x, y, k):
+    def loop(x, y, k):
         i = ops.zeros((), ms.int32)
         while i < k:
             _, grads = grad_fn(x[i], y[i])
             _hyper_map(_add_into, buffers, grads)
             i = i + 1
+        return i
+
+    def bare(x, y, k):
+        i = loop(x, y, k)
         optimizer(buffers)
         _hyper_map(_clear, buffers)
         return i
 
-    return window_step, buffers
+    def mean_if_finite(x, y, k):
+        i = loop(x, y, k)
+        if _finite(buffers):
+            optimizer(_hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers))
+        _hyper_map(_clear, buffers)
+        return i
+
+    return ms.jit(mean_if_finite if checked else bare), buffers
