@@ -150,12 +150,18 @@ def _build_plain_full(spec):
     return _plain(spec, spec["batch"] * spec["accumulate"])
 
 
-def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False):
-    """A train step feeding one micro-batch's gradients to an accumulator object."""
+def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False, read=None):
+    """A train step feeding one micro-batch's gradients to an accumulator object.
+
+    ``read``: a function whose value on each micro-batch's gradients is
+    added to a scalar Parameter, so the graph keeps it: extra work to price.
+    """
     import mindspore as ms
+    from mindspore import Parameter, Tensor, ops
     net, optimizer, loss_fn, data = _setup(spec)
     accumulator = make_accumulator(optimizer, spec["accumulate"])
     scale = 1.0 / spec["accumulate"] if divide_loss else 1.0
+    sink = None if read is None else Parameter(Tensor(0.0, ms.float32), name="read_sink", requires_grad=False)
 
     def forward(x, y):
         return loss_fn(net(x), y) * scale
@@ -164,7 +170,9 @@ def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False):
 
     def step(x, y):
         loss, grads = grad_fn(x, y)
-        if pass_loss:  # a Python constant: the graph keeps one branch
+        if read is not None:  # Python constants: the graph keeps one branch of each
+            ops.assign_add(sink, read(grads))
+        if pass_loss:
             return accumulator(loss, grads)
         return accumulator(grads)
 
@@ -234,6 +242,15 @@ _register_option("acc_no_finite_check", "skip_nonfinite=False: the price of the 
 _register_option("acc_micro_batch", "skip_nonfinite='micro_batch': a finiteness check per micro-step",
                  skip_nonfinite="micro_batch")
 _register_option("acc_noise", "track_noise=True: a sum of squares per micro-step", track_noise=True)
+
+
+@register("acc_read_pass", "Accumulator plus one read of each micro-batch's gradient (its sum by MatMul): "
+          "the least any per-micro-step statistic, such as track_noise's sum of squares, can cost",
+          modes=("graph",), experiment=True)
+def _build_acc_read_pass(spec):
+    from accumulator import Accumulator
+    from benchmarks.floor import total
+    return _accumulating(spec, Accumulator, read=total)
 
 
 @register("acc_sum", "Accumulator(reduction='sum') with loss / N as the tutorial: no scaling pass per window",

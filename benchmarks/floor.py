@@ -35,10 +35,21 @@ def _row_sums(buffer):
     return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32))
 
 
-def _finite(buffers):
-    # The cheapest check found on CPU: row sums by MatMul, joined, summed by one more.
-    column = ops.concat(_hyper_map(_row_sums, buffers))
-    return ops.isfinite(ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(()))
+def total(tensors):
+    """The sum of every element of float32 ``tensors``: the cheapest full read of a gradient found on CPU.
+
+    Row sums by MatMul, joined, summed by one more MatMul (MindSpore 2.10's
+    CPU ReduceSum is far slower). Whatever a per-micro-step statistic
+    computes, it reads the gradient at least once: the ``acc_read_pass`` row.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import Tensor
+        >>> float(total((Tensor(np.ones((2, 3), np.float32)), Tensor(np.ones(4, np.float32)))))
+        10.0
+    """
+    column = ops.concat(_hyper_map(_row_sums, tensors))
+    return ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(())
 
 
 def make_floor_step(grad_fn, optimizer, checked=False):
@@ -90,7 +101,7 @@ def make_floor_step(grad_fn, optimizer, checked=False):
 
     def mean_if_finite(x, y, k):
         i = loop(x, y, k)
-        if _finite(buffers):
+        if ops.isfinite(total(buffers)):
             optimizer(_hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers))
         _hyper_map(_clear, buffers)
         return i
