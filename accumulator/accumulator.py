@@ -43,12 +43,15 @@ def _cast_like(param, buffer):
     return buffer.astype(param.dtype)
 
 
+def _scale(factor, grad):
+    # Casts only where the dtype differs: each kernel counts once per window.
+    if grad.dtype != ms.float32:
+        factor = factor.astype(grad.dtype)
+    return grad * factor
+
+
 def _scale_like(factor, param, buffer):
-    # The mean, unscaling and clipping in one multiply, cast to the
-    # parameter's dtype only where it differs: each kernel counts once per window.
-    if buffer.dtype != ms.float32:
-        factor = factor.astype(buffer.dtype)
-    grad = buffer * factor
+    grad = _scale(factor, buffer)
     if grad.dtype == param.dtype:
         return grad
     return grad.astype(param.dtype)
@@ -61,6 +64,10 @@ def _clear(buffer):
 
 def _assign(buffer, value):
     return ops.assign(buffer, value)
+
+
+def _assign_if(keep, buffer, value):
+    return ops.assign(buffer, ops.where(keep, value, ops.zeros_like(value)))
 
 
 def _float32(grad):
@@ -200,8 +207,9 @@ class Accumulator:
             holds; only with ``spike_factor``.
         noise: the ``NoiseTracker`` and its state; only with ``track_noise``.
         ready, discard, factor: what the branch that closed a window tells
-            the branches after it in the same call (apply, clear a skipped
-            window, the scalar to multiply by); never checkpointed.
+            the branches after it in the same call (apply; after ``flush``,
+            also clear a skipped window, the scalar to multiply by); never
+            checkpointed.
         schedule: where the next window's N comes from (``fixed_step`` is
             its N when it never changes).
         sum_by_matmul: take the finiteness check and the clip norm as MatMul
@@ -502,31 +510,41 @@ class Accumulator:
             # Closed whether or not it holds anything, with nothing applied or
             # skipped when empty: an `if` costs about 0.1 ms per call in
             # MindSpore 2.10, and the window step flushes every window.
-            self._close_window(self.micro_step > 0)
+            self._close_window(self.micro_step > 0, flushing=True)
         elif self.micro_step > 0:
             # A loss scaler must not count an empty window as a good step.
-            self._close_window()
-        return self._update_if_ready()
+            self._close_window(flushing=True)
+        return self._update_if_ready(flushing=True)
 
-    def _update_if_ready(self):
+    def _update_if_ready(self, flushing=False):
         # Branches after the one that closed the window, never inside it:
         # MindSpore 2.10 leaks host memory on every run of a graph with a
         # data-dependent `if` nested in another (about 2 KB per micro-step on
         # the MNIST net), so the window is closed in one branch and applied
-        # (or discarded) in sibling branches on the flags the first one sets.
-        if self._skips:
+        # (or, after a flush, discarded) in sibling branches on the flags the
+        # first one sets.
+        if flushing and self._skips:
             if self.discard:
                 self._discard()
         if self.ready:
-            return self._update()
+            return self._update(scale=flushing)
         return _FALSE
 
-    def _close_window(self, nonempty=None):
-        """Decides the closed window's fate: sets ``factor`` and ``ready`` (apply) or ``discard``.
+    def _close_window(self, nonempty=None, flushing=False):
+        """Decides the closed window's fate and sets ``ready`` when it is to be applied.
 
         ``nonempty``: a bool Tensor, False for a window with nothing in it,
         which then neither applies nor counts as skipped; ``None`` when the
         caller knows it holds a micro-batch.
+
+        Two ways to leave the window for the update, measured (MindSpore
+        2.10, CPU): every call of a graph pays for each of its branches,
+        taken or not, about 0.1 ms, while a pass over the buffers is paid
+        once a window. So the per-micro-step call writes the scaled window
+        (zeros if skipped) back into the buffers here, in one pass;
+        ``flushing`` (``flush``, once a window in the window step) leaves
+        the buffers as they are, keeps the factor for the update to multiply
+        by, and sets ``discard`` for a sibling branch to clear a skipped one.
         """
         grads = self.grad_buffers
         total = self.weight_total
@@ -538,8 +556,9 @@ class Accumulator:
         if self.grad_reducer is not None:
             reduced = self.grad_reducer(tuple(grads) + extra + (total,))
             grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
-            # The update branch reads the buffers: leave the reduced window there.
-            _hyper_map(_assign, self.grad_buffers, grads)
+            if flushing:
+                # The update branch reads the buffers: leave the reduced window there.
+                _hyper_map(_assign, self.grad_buffers, grads)
         factor = self._normalising_factor(total)
         norm = None
         if self.clip_norm is not None or self.spike_factor is not None or self.noise is not None:
@@ -569,13 +588,22 @@ class Accumulator:
             size = len(member.window_tensors())
             member.close_window(extra[start:start + size], applied)
             start = start + size
-        # The update multiplies by the factor as it hands the window to the
-        # optimizer: one pass over the buffers, none written back.
-        if factor is not None:
-            ops.assign(self.factor, factor)
-        if self._skips:
-            discard = ops.logical_not(applied)
-            ops.assign(self.discard, discard if nonempty is None else ops.logical_and(discard, nonempty))
+        if flushing:
+            if factor is not None:
+                ops.assign(self.factor, factor)
+            if self._skips:
+                skipped = ops.logical_not(applied)
+                ops.assign(self.discard, skipped if nonempty is None else ops.logical_and(skipped, nonempty))
+        else:
+            # Unscaling, the mean and clipping share one multiply per window.
+            if factor is not None:
+                grads = _hyper_map(ops.partial(_scale, factor), grads)
+            if self._skips:
+                # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
+                _hyper_map(ops.partial(_assign_if, applied), self.grad_buffers, grads)
+                ops.assign_add(self.skipped_windows, 1 - applied.astype(ms.int32))
+            elif factor is not None or self.grad_reducer is not None:
+                _hyper_map(_assign, self.grad_buffers, grads)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
@@ -613,9 +641,9 @@ class Accumulator:
         ops.assign_add(self.norm_windows, applied.astype(ms.int32))
         return applied
 
-    def _update(self):
+    def _update(self, scale):
         grads = self.grad_buffers
-        if self._scales:
+        if scale and self._scales:
             grads = _hyper_map(ops.partial(_scale_like, self.factor), self.optimizer.parameters, grads)
         elif self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)

@@ -19,7 +19,9 @@ def format_table(rows, best):
         >>> print(format_table([row], {("mnist", "graph", "plain_micro"): row}).splitlines()[2])
         mnist  graph    plain_micro        on        2.000    1.500      16000   1.00    1.00      0.40        0.00      447 *
     """
-    head = (f"{'net':6} {'mode':8} {'contender':18} {'block':5} {'ms/micro':>9} {'min':>8} "
+    # As wide as the longest name, so every row's columns line up.
+    width = max([18] + [len(row["contender"]) for row in rows if row["kind"] == "speed"])
+    head = (f"{'net':6} {'mode':8} {'contender':{width}} {'block':5} {'ms/micro':>9} {'min':>8} "
             f"{'samples/s':>10} {'x(1)':>6} {'x(1)min':>7} {'compile s':>9} {'state/param':>11} {'peak MB':>8}")
     lines = [head, "-" * len(head)]
     for row in rows:
@@ -27,13 +29,13 @@ def format_table(rows, best):
             continue
         block = {"1": "on", "": "off"}.get(row["blocking"], row["blocking"])
         if "error" in row:
-            lines.append(f"{row['net']:6} {row['mode']:8} {row['contender']:18} {block:5} "
+            lines.append(f"{row['net']:6} {row['mode']:8} {row['contender']:{width}} {block:5} "
                          f"ERROR {row['error'].splitlines()[-1][:60]}")
             continue
         chosen = best[(row["net"], row["mode"], row["contender"])] is row
         ratio = f"{row['ratio_vs_plain_micro']:.2f}" if chosen and row.get("ratio_vs_plain_micro") else ""
         min_ratio = f"{row['min_ratio_vs_plain_micro']:.2f}" if chosen and row.get("min_ratio_vs_plain_micro") else ""
-        lines.append(f"{row['net']:6} {row['mode']:8} {row['contender']:18} {block:5} "
+        lines.append(f"{row['net']:6} {row['mode']:8} {row['contender']:{width}} {block:5} "
                      f"{row['median_ms']:9.3f} {row['min_ms']:8.3f} {row['samples_per_s']:10.0f} "
                      f"{ratio:>6} {min_ratio:>7} {row['compile_s']:9.2f} {row['state_ratio']:11.2f} {row['peak_mb']:8.0f}"
                      + (" *" if chosen else ""))

@@ -70,10 +70,33 @@ def measure(spec):
     # Memory the runtime holds before any of the contender's tensors exist.
     baseline_mb = peak_mb(spec["device_target"])
     runner = contender.build(spec)
-    sync = runner.sync or (lambda: None)
-    # Whole windows per block, so the once-per-window update is counted at its real share.
-    calls_per_window = max(1, spec["batch"] * spec["accumulate"] // runner.samples_per_call)
+    calls, compile_s = prepare(runner, spec)
+    block_ms = [time_block(runner, calls, spec["batch"]) for _ in range(spec["blocks"])]
+    return dict(block_ms=block_ms, compile_s=compile_s, windows_per_block=calls // _calls_per_window(runner, spec),
+                state_bytes=runner.state_bytes, param_bytes=runner.param_bytes,
+                peak_mb=peak_mb(spec["device_target"]), baseline_mb=baseline_mb)
 
+
+def _calls_per_window(runner, spec):
+    return max(1, spec["batch"] * spec["accumulate"] // runner.samples_per_call)
+
+
+def prepare(runner, spec):
+    """Compiles and warms up ``runner``; returns its calls per timed block and the first call's seconds.
+
+    A block is whole windows (so the once-per-window update counts at its
+    real share), as many as make ``spec["blocks"]`` blocks last about
+    ``spec["seconds"]``.
+
+    Example:
+        >>> from benchmarks.contenders import Runner
+        >>> runner = Runner(step=lambda: None, samples_per_call=4, state_bytes=0, param_bytes=4)
+        >>> calls, compile_s = prepare(runner, dict(batch=4, accumulate=2, seconds=1e-3, blocks=1))
+        >>> calls % 2, compile_s >= 0
+        (0, True)
+    """
+    sync = runner.sync or (lambda: None)
+    calls_per_window = _calls_per_window(runner, spec)
     start = time.perf_counter()
     runner.step()
     sync()
@@ -81,25 +104,28 @@ def measure(spec):
     for _ in range(calls_per_window):  # warm-up: every branch has run once
         runner.step()
     sync()
-
     start = time.perf_counter()
     for _ in range(calls_per_window):
         runner.step()
     sync()
     window_s = time.perf_counter() - start
     windows = max(1, round(spec["seconds"] / spec["blocks"] / max(window_s, 1e-6)))
+    return windows * calls_per_window, compile_s
 
-    block_ms = []
-    for _ in range(spec["blocks"]):
-        start = time.perf_counter()
-        for _ in range(windows * calls_per_window):
-            runner.step()
-        sync()
-        micro_batches = windows * calls_per_window * runner.samples_per_call / spec["batch"]
-        block_ms.append(1000.0 * (time.perf_counter() - start) / micro_batches)
-    return dict(block_ms=block_ms, compile_s=compile_s, windows_per_block=windows,
-                state_bytes=runner.state_bytes, param_bytes=runner.param_bytes,
-                peak_mb=peak_mb(spec["device_target"]), baseline_mb=baseline_mb)
+
+def time_block(runner, calls, batch):
+    """Milliseconds per micro-batch of ``batch`` samples over ``calls`` calls of ``runner``.
+
+    Example:
+        >>> from benchmarks.contenders import Runner
+        >>> time_block(Runner(step=lambda: None, samples_per_call=8, state_bytes=0, param_bytes=4), 3, 4) >= 0
+        True
+    """
+    start = time.perf_counter()
+    for _ in range(calls):
+        runner.step()
+    (runner.sync or (lambda: None))()
+    return 1000.0 * (time.perf_counter() - start) / (calls * runner.samples_per_call / batch)
 
 
 def main(argv=None):

@@ -77,6 +77,9 @@ def parse_args(argv=None):
                         help="with --end-to-end: epochs per worker, the first (compile) reported apart")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="with --end-to-end: MNIST's train/ and test/ (default: train_mnist.py's --synthetic set)")
+    parser.add_argument("--paired", action="store_true",
+                        help="time the --contenders (graph mode, blocking runtime) in one process per net, "
+                             "block by block in turn, each against the first: for ratios within a few percent")
     parser.add_argument("--quick", action="store_true",
                         help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep "
                              "(--end-to-end: 1 repeat of 3 epochs)")
@@ -88,6 +91,8 @@ def parse_args(argv=None):
         parser.error(f"argument --contenders: {', '.join(missing)} cannot run here: "
                      f"{', '.join(sorted({CONTENDERS[name].framework for name in missing}))} is not installed "
                      f"(available: {', '.join(available_contenders(experiments=True))})")
+    if args.paired and len(args.contenders) < 2:
+        parser.error("argument --paired: needs --contenders with two or more names (the first is the baseline)")
     if args.quick:
         args.modes, args.repeats, args.seconds, args.blocks, args.sweep = ["graph"], 1, 0.5, 3, [1, 8]
         args.epochs = min(args.epochs, 3)
@@ -114,6 +119,10 @@ def main(argv=None):
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,
                       args.experiments, args.timeout, args.json, vars(args), args.plot)
     names = args.contenders or available_contenders(args.experiments)
+    if args.paired:
+        from benchmarks.paired import report as report_paired
+        return report_paired(args.nets, names, args.batch, args.accumulate, args.seconds, args.blocks,
+                             args.device_target, args.timeout, args.json, vars(args))
     configs = make_configs(args.nets, args.modes, names, args.batch, args.accumulate, args.sweep, args.sweep_net)
     runs = run_configs(configs, args.repeats, args.seconds, args.blocks, args.device_target, args.timeout)
     rows = summarize(runs)

@@ -35,6 +35,7 @@ def run_script(*flags, cwd=None, timeout=60):
     (("--sweep", "1,0"), ("--sweep", "'0'", "above 0")),
     (("--sweep", "4,x"), ("--sweep", "'x'", "whole number")),
     (("--device-target", "TPU"), ("--device-target", "'TPU'", "'CPU', 'GPU', 'Ascend'")),
+    (("--paired", "--contenders", "accumulator"), ("--paired", "two or more")),
 ])
 def test_a_bad_value_exits_2_naming_the_flag_and_the_valid_values(flags, named):
     done = run_script(*flags, "--quick", timeout=30)

@@ -1,0 +1,157 @@
+"""Contenders timed in one process, block by block in turn: ratios fine enough for 5% targets.
+
+Separate workers (``benchmarks.runner``) keep contenders from sharing
+caches and memory pools, but on a shared 2-core VM one process can run
+5-10% faster than the next for no reason of its own, which hides a 5%
+difference. Here every contender of one configuration is built in the
+same process (graph mode, ``MS_DEV_HOST_BLOCKING_RUN=1``) and their blocks
+alternate A B C A B C, so each ratio pairs blocks timed moments apart; the
+table gives the median of those paired ratios. ``scripts/benchmark.py
+--paired`` runs it; by hand, ``python -m benchmarks.paired SPEC`` prints
+one ``RESULT`` line, like ``benchmarks.worker``.
+"""
+import json
+import statistics
+import sys
+
+from benchmarks.analysis import SPEED_TARGETS
+from benchmarks.configs import NETS
+from benchmarks.contenders import CONTENDERS
+from benchmarks.report import note_load, format_targets, write_json
+from benchmarks.runner import run_module
+from benchmarks.worker import RESULT_PREFIX, prepare, time_block, use_mindspore
+
+
+def measure_paired(spec):
+    """Builds every contender in ``spec["contenders"]`` here and times their blocks in turn.
+
+    Returns ``block_ms``: for each contender, milliseconds per micro-batch
+    of B samples in each of ``spec["blocks"]`` rounds.
+
+    Example:
+        >>> result = measure_paired(dict(contenders=["plain_micro", "accumulator"], hidden=8, batch=4,
+        ...                              accumulate=2, device_target="CPU", seconds=0.02, blocks=2))
+        >>> {name: len(times) for name, times in result["block_ms"].items()}
+        {'plain_micro': 2, 'accumulator': 2}
+    """
+    use_mindspore("graph", spec["device_target"])
+    runners = {}
+    for name in spec["contenders"]:
+        runner = CONTENDERS[name].build(dict(spec, contender=name, mode="graph"))
+        runners[name] = runner, prepare(runner, spec)[0]
+    block_ms = {name: [] for name in runners}
+    for _ in range(spec["blocks"]):
+        for name, (runner, calls) in runners.items():
+            block_ms[name].append(time_block(runner, calls, spec["batch"]))
+    return dict(block_ms=block_ms)
+
+
+def paired_rows(block_ms):
+    """One row per contender: median and fastest ms per micro-batch, and its time against the first's.
+
+    ``time_ratio`` is the median over rounds of this contender's block time
+    over the first contender's in the same round; ``min_time_ratio`` the
+    ratio of the fastest blocks.
+
+    Example:
+        >>> rows = paired_rows({"a": [2.0, 4.0, 2.0], "b": [2.2, 4.0, 2.4]})
+        >>> [(row["contender"], round(row["time_ratio"], 2), round(row["min_time_ratio"], 2)) for row in rows]
+        [('a', 1.0, 1.0), ('b', 1.1, 1.1)]
+    """
+    base = next(iter(block_ms.values()))
+    return [dict(contender=name, median_ms=statistics.median(times), min_ms=min(times),
+                 time_ratio=statistics.median(t / b for t, b in zip(times, base)),
+                 min_time_ratio=min(times) / min(base))
+            for name, times in block_ms.items()]
+
+
+def check_paired_targets(net, accumulate, block_ms):
+    """The speed targets whose two contenders were timed together, judged on paired ratios.
+
+    The throughput ratio is the median over rounds of the other's block
+    time over this contender's, and the ratio of the fastest blocks; the
+    target is met when both reach it.
+
+    Example:
+        >>> block_ms = {"window_floor": [1.0, 1.0, 1.0], "window": [1.03, 1.02, 1.04]}
+        >>> [(check["target"], round(check["median_ratio"], 3), check["met"])
+        ...  for check in check_paired_targets("mnist", 4, block_ms)]
+        [('mnist N=4: window >= 0.95x window_floor throughput (paired)', 0.971, True)]
+    """
+    checks = []
+    for target_net, contender, against, minimum, at_n in SPEED_TARGETS:
+        if target_net != net or contender not in block_ms or against not in block_ms:
+            continue
+        if at_n is not None and accumulate not in at_n:
+            continue
+        times, base = block_ms[contender], block_ms[against]
+        median = statistics.median(b / t for t, b in zip(times, base))
+        fastest = min(base) / min(times)
+        where = net if at_n is None else f"{net} N={accumulate}"
+        checks.append(dict(target=f"{where}: {contender} >= {minimum:.2f}x {against} throughput (paired)",
+                           median_ratio=median, min_ratio=fastest, met=min(median, fastest) >= minimum))
+    return checks
+
+
+def format_paired(rows):
+    """The paired table: each contender's time per micro-batch and against the first one's.
+
+    Example:
+        >>> print(format_paired(paired_rows({"a": [2.0], "b": [2.2]})))
+        contender                ms/micro      min  time vs first  (fastest)
+        --------------------------------------------------------------------
+        a                           2.000    2.000          1.000      1.000
+        b                           2.200    2.200          1.100      1.100
+    """
+    head = f"{'contender':22} {'ms/micro':>10} {'min':>8} {'time vs first':>14} {'(fastest)':>10}"
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        lines.append(f"{row['contender']:22} {row['median_ms']:10.3f} {row['min_ms']:8.3f} "
+                     f"{row['time_ratio']:14.3f} {row['min_time_ratio']:10.3f}")
+    return "\n".join(lines)
+
+
+def report(nets, contenders, batch, accumulate, seconds, blocks, device_target="CPU", timeout=300,
+           json_path=None, settings=None):
+    """Runs one paired worker per net, prints each table and the targets it can judge; returns the exit status.
+
+    0 when every worker ran, 1 when one failed.
+
+    Example:
+        >>> report(["mnist"], ["plain_micro", "accumulator"], 4, 2, 0.02, 2)  # a minute  # doctest: +SKIP
+        0
+    """
+    results, checks, status = [], [], 0
+    for net in nets:
+        spec = dict(contenders=list(contenders), hidden=NETS[net], batch=batch, accumulate=accumulate,
+                    device_target=device_target, seconds=seconds, blocks=blocks)
+        result = run_module("benchmarks.paired", spec, blocking="1", timeout=timeout)
+        print(f"paired, one process: {net} net, B={batch}, N={accumulate}, graph mode, {blocks} rounds")
+        if "error" in result:
+            print(f"ERROR {result['error'].splitlines()[-1]}")
+            status = 1
+            results.append(dict(spec, net=net, **result))
+            continue
+        rows = paired_rows(result["block_ms"])
+        print(format_paired(rows))
+        checks += check_paired_targets(net, accumulate, result["block_ms"])
+        results.append(dict(spec, net=net, rows=rows, **result))
+    if checks:
+        print(format_targets(checks))
+    load = note_load(results)
+    if load:
+        print(load)
+    if json_path:
+        write_json(json_path, settings=settings, paired=results, targets=checks)
+    return status
+
+
+def main(argv=None):
+    """Measures the contenders given as JSON in ``argv[0]`` together and prints the ``RESULT`` line."""
+    spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
+    print(RESULT_PREFIX + json.dumps(measure_paired(spec)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
