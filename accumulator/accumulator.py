@@ -56,20 +56,6 @@ def _cast_like(param, buffer):
     return buffer.astype(param.dtype)
 
 
-def _scale(factor, grad):
-    # Casts only where the dtype differs: each kernel counts once per window.
-    if grad.dtype != ms.float32:
-        factor = factor.astype(grad.dtype)
-    return grad * factor
-
-
-def _scale_like(factor, param, buffer):
-    grad = _scale(factor, buffer)
-    if grad.dtype == param.dtype:
-        return grad
-    return grad.astype(param.dtype)
-
-
 def _clear(buffer):
     # Assign zeros, not `buffer * 0`: NaN * 0 stays NaN.
     return ops.assign(buffer, ops.zeros_like(buffer))
@@ -219,10 +205,8 @@ class Accumulator:
             exponential average of applied windows' norms and how many it
             holds; only with ``spike_factor``.
         noise: the ``NoiseTracker`` and its state; only with ``track_noise``.
-        ready, discard, factor: what the branch that closed a window tells
-            the branches after it in the same call (apply; after ``flush``,
-            also clear a skipped window, the scalar to multiply by); never
-            checkpointed.
+        ready: what the branch that closed a window tells the update branch
+            after it in the same call: apply; never checkpointed.
         schedule: where the next window's N comes from (``fixed_step`` is
             its N when it never changes).
         sum_by_matmul: take the finiteness check and the clip norm as MatMul
@@ -330,11 +314,6 @@ class Accumulator:
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self._skips = bool(self.skip_nonfinite) or spike_factor is not None
-        if self._skips:
-            self.discard = _state_parameter(False, ms.bool_, "discard")
-        self._scales = reduction == "mean" or loss_scaler is not None or clip_norm is not None
-        if self._scales:
-            self.factor = _state_parameter(1.0, ms.float32, "factor")
         self.members = []
 
     def attach(self, member):
@@ -523,41 +502,35 @@ class Accumulator:
             # Closed whether or not it holds anything, with nothing applied or
             # skipped when empty: an `if` costs about 0.1 ms per call in
             # MindSpore 2.10, and the window step flushes every window.
-            self._close_window(self.micro_step > 0, flushing=True)
+            self._close_window(self.micro_step > 0)
         elif self.micro_step > 0:
             # A loss scaler must not count an empty window as a good step.
-            self._close_window(flushing=True)
-        return self._update_if_ready(flushing=True)
+            self._close_window()
+        return self._update_if_ready()
 
-    def _update_if_ready(self, flushing=False):
-        # Branches after the one that closed the window, never inside it:
+    def _update_if_ready(self):
+        # A branch after the one that closed the window, never inside it:
         # MindSpore 2.10 leaks host memory on every run of a graph with a
         # data-dependent `if` nested in another (about 2 KB per micro-step on
-        # the MNIST net), so the window is closed in one branch and applied
-        # (or, after a flush, discarded) in sibling branches on the flags the
-        # first one sets.
-        if flushing and self._skips:
-            if self.discard:
-                self._discard()
+        # the MNIST net), so the window is closed in one branch and applied in
+        # a sibling on the flag the first one sets.
         if self.ready:
-            return self._update(scale=flushing)
+            return self._update()
         return _FALSE
 
-    def _close_window(self, nonempty=None, flushing=False):
+    def _close_window(self, nonempty=None):
         """Decides the closed window's fate and sets ``ready`` when it is to be applied.
 
         ``nonempty``: a bool Tensor, False for a window with nothing in it,
         which then neither applies nor counts as skipped; ``None`` when the
         caller knows it holds a micro-batch.
 
-        Two ways to leave the window for the update, measured (MindSpore
-        2.10, CPU): every call of a graph pays for each of its branches,
-        taken or not, about 0.1 ms, while a pass over the buffers is paid
-        once a window. So the per-micro-step call writes the scaled window
-        (zeros if skipped) back into the buffers here, in one pass;
-        ``flushing`` (``flush``, once a window in the window step) leaves
-        the buffers as they are, keeps the factor for the update to multiply
-        by, and sets ``discard`` for a sibling branch to clear a skipped one.
+        Unscaling, the mean and clipping fold into one scalar, and one
+        multiply per buffer writes the window back for the update branch to
+        hand to the optimizer; a skipped or empty window is multiplied by 0,
+        which MulNoNan makes a real 0 even for NaN or Inf. That costs no
+        branch: every call of a graph pays about 0.1 ms for each of its
+        branches, taken or not (MindSpore 2.10, CPU).
         """
         grads = self.grad_buffers
         total = self.weight_total
@@ -569,9 +542,6 @@ class Accumulator:
         if self.grad_reducer is not None:
             reduced = self.grad_reducer(tuple(grads) + extra + (total,))
             grads, extra, total = reduced[:len(grads)], reduced[len(grads):-1], reduced[-1]
-            if flushing:
-                # The update branch reads the buffers: leave the reduced window there.
-                _hyper_map(_assign, self.grad_buffers, grads)
         factor = self._normalising_factor(total)
         norm = None
         if self.clip_norm is not None or self.spike_factor is not None or self.noise is not None:
@@ -601,25 +571,18 @@ class Accumulator:
             size = len(member.window_tensors())
             member.close_window(extra[start:start + size], applied)
             start = start + size
-        if flushing:
-            if factor is not None:
-                ops.assign(self.factor, factor)
-            if self._skips:
-                skipped = ops.logical_not(applied)
-                ops.assign(self.discard, skipped if nonempty is None else ops.logical_and(skipped, nonempty))
-        else:
-            if self._skips:
-                # Unscaling, the mean, clipping and clearing a skipped window
-                # share one multiply per window; MulNoNan turns NaN * 0 into 0.
-                # select, not factor * applied: an empty window's factor 1/0 times 0 is NaN.
-                factor = ops.select(applied, ops.ones((), ms.float32) if factor is None else factor,
-                                    ops.zeros((), ms.float32))
-                _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
-                ops.assign_add(self.skipped_windows, 1 - applied.astype(ms.int32))
-            elif factor is not None:
-                _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
-            elif self.grad_reducer is not None:
-                _hyper_map(_assign, self.grad_buffers, grads)
+        if self._skips or nonempty is not None:
+            # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
+            one = ops.ones((), ms.float32)
+            factor = ops.select(applied, one if factor is None else factor, ops.zeros((), ms.float32))
+            skipped = ops.logical_not(applied)
+            if nonempty is not None:
+                skipped = ops.logical_and(skipped, nonempty)
+            ops.assign_add(self.skipped_windows, skipped.astype(ms.int32))
+        if factor is not None:
+            _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
+        elif self.grad_reducer is not None:
+            _hyper_map(_assign, self.grad_buffers, grads)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
@@ -657,23 +620,15 @@ class Accumulator:
         ops.assign_add(self.norm_windows, applied.astype(ms.int32))
         return applied
 
-    def _update(self, scale):
+    def _update(self):
         grads = self.grad_buffers
-        if scale and self._scales:
-            grads = _hyper_map(ops.partial(_scale_like, self.factor), self.optimizer.parameters, grads)
-        elif self._casts:
+        if self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
         self.optimizer(grads)
         ops.assign_add(self.update_count, ops.ones((), ms.int32))
         _hyper_map(_clear, self.grad_buffers)
         ops.assign(self.ready, _FALSE)
         return _TRUE
-
-    def _discard(self):
-        # A skipped window is cleared to real zeros (NaN * 0 stays NaN).
-        _hyper_map(_clear, self.grad_buffers)
-        ops.assign_add(self.skipped_windows, ops.ones((), ms.int32))
-        ops.assign(self.discard, _FALSE)
 
     def _normalising_factor(self, total):
         """The scalar the window's sum is multiplied by, or None for none."""
