@@ -73,6 +73,10 @@ def _float32(grad):
     return grad if grad.dtype == ms.float32 else grad.astype(ms.float32)
 
 
+def _distance(factor, grad, buffer):
+    return _float32(grad) - _float32(buffer) * factor
+
+
 def _square(grad):
     grad = _float32(grad)
     return grad * grad
@@ -178,13 +182,16 @@ class Accumulator:
             running mean of recent applied windows' norms; the spike does not
             enter the mean. ``None`` disables it.
         spike_warmup: windows applied before ``spike_factor`` acts.
-        track_noise: estimate the gradient noise scale from each window's
-            micro-batches (``noise_scale``, ``noise.record()``; see
-            ``accumulator.noise``). Needs ``reduction="mean"`` and each
-            micro-batch's sample count: the ``count`` of each call, or
-            ``micro_batch_size`` when every micro-batch has that many.
-            Costs a sum of squares of the gradient per micro-step; never
-            changes the update.
+        track_noise: estimate the gradient noise scale (``noise_scale``,
+            ``noise.record()``; see ``accumulator.noise``) from how far the
+            window's last micro-batch gradient lies from the window's mean
+            (``True``: a read of one gradient per window), or from every
+            micro-batch's squared norm (``"micro_batch"``: less noisy, and
+            the only way with one micro-batch per window on each of several
+            devices; a read of the gradient per micro-step). Needs
+            ``reduction="mean"`` and each micro-batch's
+            sample count: the ``count`` of each call, or ``micro_batch_size``
+            when every micro-batch has that many. Never changes the update.
         micro_batch_size: samples per micro-batch, for ``track_noise``
             without counts.
 
@@ -266,8 +273,8 @@ class Accumulator:
                                          or not 1 < spike_factor < float("inf")):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {spike_factor!r}")
         spike_warmup = non_negative_int(spike_warmup, "spike_warmup")
-        if not isinstance(track_noise, bool):
-            raise TypeError(f"track_noise must be a bool, got {track_noise!r}")
+        if not (isinstance(track_noise, bool) or track_noise == "micro_batch"):
+            raise TypeError(f"track_noise must be True, False or 'micro_batch', got {track_noise!r}")
         if track_noise and reduction != "mean":
             raise ValueError(f"track_noise needs reduction='mean' (micro-batch mean gradients), got {reduction!r}")
         if micro_batch_size is not None:
@@ -283,6 +290,10 @@ class Accumulator:
         self.spike_factor = None if spike_factor is None else float(spike_factor)
         self.spike_warmup = spike_warmup
         self.micro_batch_size = micro_batch_size
+        self.track_noise = track_noise
+        # Decided here: MindSpore 2.10's graph code misreads `self.track_noise is True`
+        # when track_noise holds a str (the window's every add lost its norm).
+        self._samples_last = track_noise is True
         # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
         # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
         # float16, where a sum of squares overflows.
@@ -306,7 +317,7 @@ class Accumulator:
             self.norm_average = _state_parameter(0.0, ms.float32, "norm_average")
             self.norm_windows = _state_parameter(0, ms.int32, "norm_windows")
             self._optional_state += [self.norm_average, self.norm_windows]
-        self.noise = NoiseTracker() if track_noise else None
+        self.noise = NoiseTracker(centered=track_noise is True) if track_noise else None
         if track_noise:
             self._optional_state += self.noise.state_parameters()
         if self.schedule.reads_state:
@@ -382,7 +393,9 @@ class Accumulator:
         Returns a bool Tensor, True when the optimizer ran on this call (see
         the class example).
         """
-        self.accumulate(grads, count)
+        self._check_weight(count)
+        kept = self.add(grads, count)
+        self._count_one(count, kept)
         full = self.micro_step >= self.accumulate_step
         if flush is not False:
             full = ops.logical_or(full, flush)
@@ -390,14 +403,18 @@ class Accumulator:
         # binding the condition to a name that is also returned makes
         # MindSpore 2.10's graph compiler drop the branch.
         if full:
+            if self._samples_last:
+                # Here, once a window: a norm per micro-step would cost a read of every gradient.
+                self._sample_noise(grads, count, kept)
             self._close_window()
         return self._update_if_ready()
 
-    def accumulate(self, grads, count=None):
+    def accumulate(self, grads, count=None, last=False):
         """Adds one micro-batch's ``grads`` to the window and never applies it.
 
         For loops that decide themselves when to apply (with ``flush``).
-        Returns the position in the window.
+        ``last``: True for the micro-batch that ends the window, the one
+        ``track_noise=True`` samples. Returns the position in the window.
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -410,12 +427,19 @@ class Accumulator:
         """
         self._check_weight(count)
         kept = self.add(grads, count)
+        position = self._count_one(count, kept)
+        if last and self._samples_last:
+            self._sample_noise(grads, count, kept)
+        return position
+
+    def _count_one(self, count, kept):
+        # Not one helper returning (kept, position): MindSpore 2.10 then
+        # dropped add()'s writes wherever a caller left `kept` unused.
         one = ops.ones((), ms.int32)
         if self.skip_nonfinite != "micro_batch":
             return self.count(one, count)
-        kept = kept.astype(ms.int32)
         weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
-        return self.count(one, weight, kept)
+        return self.count(one, weight, kept.astype(ms.int32))
 
     def add(self, grads, count=None):
         """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
@@ -426,7 +450,8 @@ class Accumulator:
         optimizer's parameters. Returns a bool Tensor, True when the
         gradients were added: with ``skip_nonfinite="micro_batch"`` a
         micro-batch holding NaN or Inf is left out (tell ``count``). The
-        micro-batch's sample ``count`` is needed here only by ``track_noise``.
+        micro-batch's sample ``count`` is needed here only by
+        ``track_noise="micro_batch"``.
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -446,20 +471,38 @@ class Accumulator:
         else:
             _hyper_map(_add_into, self.grad_buffers, grads)
             kept = _TRUE
-        if self.noise is not None:
-            self._track_noise(grads, count, kept)
+        if self.noise is not None and self.track_noise == "micro_batch":
+            self._check_noise_size(count)
+            size = self._noise_size(count)
+            # A summed loss's gradient is count times the micro-batch's mean gradient.
+            squared_norm = _squared_total(self.sum_by_matmul, grads)
+            if count is not None:
+                squared_norm = squared_norm / (size * size)
+            self.noise.add(squared_norm, 1.0 / size, kept)
         return kept
 
-    def _track_noise(self, grads, count, kept):
+    def _sample_noise(self, grads, count, kept):
+        """Adds the window's last micro-batch, counted already, as track_noise=True's sample.
+
+        Its squared distance from this device's window mean, |g_L - g_w|²,
+        has the expectation tr(Σ) (1/b_L - 1/B): no |G|² in it to add noise.
+        """
+        self._check_noise_size(count)
+        size = self._noise_size(count)
+        mean = ops.cast(count, ms.float32) / self.weight_total if count is not None else 1.0 / self.weight_total
+        distance = _hyper_map(ops.partial(_distance, mean), grads, self.grad_buffers)
+        squared = _squared_total(self.sum_by_matmul, distance)
+        if count is not None:
+            squared = squared / (size * size)
+        self.noise.add(squared, 1.0 / size - 1.0 / self.noise.samples, kept)
+
+    def _noise_size(self, count):
+        return self.micro_batch_size if count is None else ops.cast(count, ms.float32)
+
+    def _check_noise_size(self, count):
         if count is None and self.micro_batch_size is None:
             raise ValueError("track_noise needs each micro-batch's sample count: pass it as "
                              "accumulator(grads, count) or set Accumulator(..., micro_batch_size=...)")
-        squared_norm = _squared_total(self.sum_by_matmul, grads)
-        if count is None:
-            return self.noise.add(squared_norm, self.micro_batch_size, kept)
-        # A summed loss's gradient is count times the micro-batch's mean gradient.
-        size = ops.cast(count, ms.float32)
-        return self.noise.add(squared_norm / (size * size), size, kept)
 
     def count(self, micro_steps, weight=None, kept=None):
         """Counts ``micro_steps`` added micro-batches; returns the position in the window.
@@ -480,8 +523,14 @@ class Accumulator:
         self._check_weight(weight)
         if kept is not None:
             ops.assign_add(self.dropped_micro_batches, micro_steps - kept)
+        steps = micro_steps if kept is None else kept
+        if self.noise is not None:
+            # B counts every kept sample, whichever micro-batches the norms sample.
+            self._check_noise_size(weight)
+            samples = weight if weight is not None else ops.cast(steps, ms.float32) * self.micro_batch_size
+            self.noise.count(ops.cast(samples, ms.float32))
         if weight is None:
-            weight = micro_steps if kept is None else kept
+            weight = steps
         ops.assign_add(self.weight_total, ops.cast(weight, ms.float32))
         return ops.assign_add(self.micro_step, micro_steps)
 

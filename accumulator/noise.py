@@ -9,6 +9,20 @@ the window mean gradient's,
     S = (A - T) / (mean(1/b_i) - 1/B)   estimates tr(Σ), and
     |G|² ≈ T - S / B.
 
+That is ``track_noise="micro_batch"``: a squared norm of every micro-batch's
+gradient, a read of the gradient per micro-step. One micro-batch per window
+is enough, and ``track_noise=True`` (``centered``) takes the last one,
+once per window: with g_L its mean gradient and g_w the window's on the
+same device, |g_L - g_w|² has the expectation tr(Σ) (1/b_L - 1/B), so
+
+    S = |g_L - g_w|² / (1/b_L - 1/B)
+
+with no |G|² in the numerator to add noise (|g_L|² - T would have it).
+Across devices the distances and their spreads are summed, and S is their
+ratio; B in |G|² ≈ T - S / B counts every device's samples, B in each
+spread only that device's, so one micro-batch per device and window leaves
+it nothing to measure.
+
 Both are smoothed separately by a bias-corrected exponential average and
 only then divided (the ratio of two noisy estimates is biased; its average
 is worse). The noise scale predicts the critical batch: past it, a larger
@@ -30,16 +44,19 @@ def _parameter(name, value=0.0):
 class NoiseTracker:
     """The window's sums for the noise scale, and their smoothed estimates.
 
-    Owned by an ``Accumulator(..., track_noise=True)``, which calls ``add``
-    once per micro-batch and ``close`` once per window; read the result on
-    the host with ``noise_scale()`` and ``record()``.
+    Owned by an ``Accumulator(..., track_noise=...)``, which calls ``add``
+    for each sampled micro-batch, ``count`` for every micro-batch and
+    ``close`` once per window; read the result on the host with
+    ``noise_scale()`` and ``record()``. ``centered``: the samples are each
+    window's last micro-batch, as distances from the window's mean.
 
     Attributes:
-        squares: sum over the window's micro-batches of |g_i|² (times the
-            loss scale²).
-        inverse_sizes: sum of 1 / b_i.
-        samples: sum of b_i (B).
-        micro_batches: how many micro-batches the sums hold.
+        squares: sum over the window's sampled micro-batches of |g_i|², or
+            when ``centered`` of |g_L - g_w|² (times the loss scale²).
+        inverse_sizes: sum of their 1 / b_i, or when ``centered`` of
+            1 / b_L - 1 / B.
+        micro_batches: how many sampled micro-batches the sums hold.
+        samples: sum of every kept micro-batch's b_i (B).
         trace, gradient: the exponential averages of tr(Σ) and |G|².
         windows: windows behind the averages.
 
@@ -49,7 +66,8 @@ class NoiseTracker:
         (True, 0)
     """
 
-    def __init__(self):
+    def __init__(self, centered=False):
+        self.centered = centered
         self.squares = _parameter("squares")
         self.inverse_sizes = _parameter("inverse_sizes")
         self.samples = _parameter("samples")
@@ -63,15 +81,21 @@ class NoiseTracker:
         return [self.squares, self.inverse_sizes, self.samples, self.micro_batches, self.trace, self.gradient,
                 self.windows]
 
-    def add(self, squared_norm, size, kept):
-        """Adds one micro-batch: the squared norm of its mean gradient, its ``size``; ``kept`` a bool Tensor."""
-        kept = kept.astype(ms.float32)
-        size = ops.cast(size, ms.float32)
+    def add(self, squared_norm, weight, kept):
+        """Adds one sampled micro-batch when ``kept`` (a bool Tensor).
+
+        ``squared_norm``: |g_i|², or with ``centered`` |g_L - g_w|²;
+        ``weight``: 1/b_i, or with ``centered`` 1/b_L - 1/B.
+        """
+        zero = ops.zeros((), ms.float32)
         # select, not a product: a dropped micro-batch's NaN norm must not enter.
-        ops.assign_add(self.squares, ops.select(kept > 0, squared_norm, ops.zeros_like(squared_norm)))
-        ops.assign_add(self.inverse_sizes, kept / size)
-        ops.assign_add(self.samples, kept * size)
-        return ops.assign_add(self.micro_batches, kept)
+        ops.assign_add(self.squares, ops.select(kept, squared_norm, zero))
+        ops.assign_add(self.inverse_sizes, ops.select(kept, ops.ones((), ms.float32) * weight, zero))
+        return ops.assign_add(self.micro_batches, kept.astype(ms.float32))
+
+    def count(self, samples):
+        """Adds ``samples`` (a float32 Tensor) to the window's B: every kept micro-batch's, sampled or not."""
+        return ops.assign_add(self.samples, samples)
 
     def window_tensors(self):
         """The window's sums, to be added up across devices with the gradient."""
@@ -86,12 +110,17 @@ class NoiseTracker:
         it selects rather than branches.
         """
         squares, inverse_sizes, samples, micro_batches = sums
-        mean_square = squares / (micro_batches * scale * scale)
-        spread = inverse_sizes / micro_batches - 1.0 / samples
-        trace = (mean_square - window_squared_norm) / spread
+        if self.centered:
+            # Summed over devices: each device's distance over its spread.
+            spread = inverse_sizes
+            trace = squares / (scale * scale * spread)
+        else:
+            spread = inverse_sizes / micro_batches - 1.0 / samples
+            trace = (squares / (micro_batches * scale * scale) - window_squared_norm) / spread
         gradient = window_squared_norm - trace / samples
         # One micro-batch of one size has no second batch size to compare
-        # with: spread is 0 and the estimates are not numbers.
+        # with: spread is 0 and the estimates are not numbers; with no
+        # sampled micro-batch (a flushed partial window) they are 0 / 0.
         usable = ops.logical_and(applied, spread > 0)
         ops.assign(self.trace, ops.select(usable, NOISE_DECAY * self.trace + (1 - NOISE_DECAY) * trace, self.trace))
         ops.assign(self.gradient, ops.select(usable, NOISE_DECAY * self.gradient + (1 - NOISE_DECAY) * gradient,

@@ -13,6 +13,11 @@ import mindspore as ms
 from mindspore import Tensor, ops
 
 from accumulator.checks import positive_int
+from accumulator.noise import NOISE_DECAY
+
+# The noise averages' horizon: an adaptive window waits for it to fill
+# before it moves, so a first noisy window cannot set N.
+SETTLE_WINDOWS = round(1 / (1 - NOISE_DECAY))
 
 
 @ms.jit_class
@@ -102,8 +107,12 @@ class NoiseScaleSchedule:
     ranks, is near the accumulator's ``noise_scale`` (McCandlish et al.'s
     critical batch), rounded and clamped to ``[min_step, max_step]``. N
     moves only when the target is ``hysteresis`` times above or below it, so
-    noise in the estimate does not make it flap. Until there is an estimate
-    N stays at ``first_step``. The learning rate is left as you set it.
+    noise in the estimate does not make it flap, and only once the averages
+    hold ``SETTLE_WINDOWS`` windows; until then N stays at ``first_step``.
+    On one device N stays at 2 or more where ``max_step`` allows: a window
+    of one micro-batch cannot measure the noise, so N would never move
+    again, while the noise scale usually grows as training goes on. The
+    learning rate is left as you set it.
 
     Needs ``Accumulator(..., track_noise=True)``; its state (the noise
     averages and the current N) is the accumulator's, so a resumed run
@@ -134,8 +143,9 @@ class NoiseScaleSchedule:
         self.hysteresis = float(hysteresis)
         # Two micro-batches at least, where allowed: a window of one on one
         # device has no second batch size to measure the noise against.
-        default_first = min(max(self.min_step, 2), self.max_step)
-        self.first_step = default_first if first_step is None else positive_int(first_step, "first_step")
+        measurable = min(max(self.min_step, 2), self.max_step)
+        self.lowest = measurable if self.ranks == 1 else self.min_step
+        self.first_step = measurable if first_step is None else positive_int(first_step, "first_step")
         if not self.min_step <= self.first_step <= self.max_step:
             raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
         self.noise = None
@@ -152,10 +162,10 @@ class NoiseScaleSchedule:
         # The averages' ratio: their bias corrections are the same and cancel.
         noise_scale = self.noise.trace / self.noise.gradient
         target = ops.round(noise_scale / (self.micro_batch_size * self.ranks))
-        target = ops.clip_by_value(target, float(self.min_step), float(self.max_step))
+        target = ops.clip_by_value(target, float(self.lowest), float(self.max_step))
         current = self.current.astype(ms.float32)
         far = ops.logical_or(target >= current * self.hysteresis, target * self.hysteresis <= current)
-        known = ops.logical_and(self.noise.windows > 0, self.noise.gradient > 0)
+        known = ops.logical_and(self.noise.windows >= SETTLE_WINDOWS, self.noise.gradient > 0)
         # A NaN target (no estimate yet) compares False everywhere: N stays.
         return ops.select(ops.logical_and(known, far), target, current).astype(ms.int32)
 

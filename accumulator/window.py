@@ -34,16 +34,19 @@ def _add_and_tally(accumulator, grads, counts, i, tally):
     return steps, weight
 
 
-def _count(accumulator, micro_steps, counts, tally):
-    return accumulator.count(micro_steps, None if counts is None else counts.sum())
+def _count(accumulator, micro_steps, counts, tally, last):
+    if counts is None:
+        return accumulator.count(micro_steps)
+    # ``last``: the loop left out the final micro-batch; accumulate counts it.
+    return accumulator.count(micro_steps, counts.sum() - counts[micro_steps] if last else counts.sum())
 
 
-def _count_kept(accumulator, micro_steps, counts, tally):
+def _count_kept(accumulator, micro_steps, counts, tally, last):
     steps, weight = tally
     return accumulator.count(micro_steps, None if counts is None else weight, steps)
 
 
-def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps):
+def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     """Accumulates micro-batches ``0 .. micro_steps-1`` of the stacked ``inputs``.
 
     A ``while`` on a Tensor index stays one loop in the graph, so only one
@@ -57,20 +60,28 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps):
     The losses are summed, not stored one by one: a write into a
     ``[micro-batches]`` Tensor costs about 40 us per micro-batch in MindSpore
     2.10's loop, 3% of the MNIST window at N=16, and a sum costs nothing.
+    ``last``: the final micro-batch ends the window and is the one
+    ``track_noise=True`` samples, so it runs after the loop and its count,
+    through ``accumulate(..., last=True)``.
     """
     loss_sum = ops.zeros((), ms.float32)
     tally = (ops.zeros((), ms.int32), ops.zeros((), ms.float32))
     i = ops.zeros((), ms.int32)
-    while i < micro_steps:
+    stop = micro_steps - 1 if last else micro_steps
+    while i < stop:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
         tally = add(accumulator, grads, counts, i, tally)
         loss_sum = loss_sum + ops.cast(loss, ms.float32)
         i = i + 1
-    count(accumulator, micro_steps, counts, tally)
+    count(accumulator, stop, counts, tally, last)
+    if last:
+        loss, grads = grad_fn(*_micro_batch(inputs, stop))
+        accumulator.accumulate(grads, None if counts is None else counts[stop], True)
+        loss_sum = loss_sum + ops.cast(loss, ms.float32)
     return loss_sum
 
 
-def _jit_loop(grad_fn, accumulator, apply):
+def _jit_loop(grad_fn, accumulator, apply, last):
     # Chosen here, in Python: a constant `if` inside the graph's while loop
     # miscompiled in MindSpore 2.10 (windows of one micro-batch went wrong).
     if accumulator.skip_nonfinite == "micro_batch":
@@ -79,21 +90,21 @@ def _jit_loop(grad_fn, accumulator, apply):
         add, count = _add, _count
     if apply:
         def window(inputs, counts, micro_steps):
-            loss_sum = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
+            loss_sum = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last)
             return loss_sum, accumulator.flush()
     else:
         def window(inputs, counts, micro_steps):
-            return _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps)
+            return _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last)
     return ms.jit(window)
 
 
-def _jit_micro_step(grad_fn, accumulator):
+def _jit_micro_step(grad_fn, accumulator, last):
     def micro_step(inputs, count):
         loss, grads = grad_fn(*inputs)
         if count is None:
-            accumulator.accumulate(grads)
+            accumulator.accumulate(grads, None, last)
         else:
-            accumulator.accumulate(grads, count)
+            accumulator.accumulate(grads, count, last)
         return ops.cast(loss, ms.float32)
     return ms.jit(micro_step)
 
@@ -205,9 +216,14 @@ def make_window_step(grad_fn, accumulator):
     # A host-side read of the window size would wait for the device every
     # call; only a fixed schedule's N is known up front.
     accumulate_step = accumulator.schedule.fixed_step
-    apply_loop = _jit_loop(grad_fn, accumulator, apply=True)
-    add_loop = _jit_loop(grad_fn, accumulator, apply=False)
-    add_one = _jit_micro_step(grad_fn, accumulator)
+    # Only track_noise=True reads the last micro-batch on its own; a loop
+    # body written twice costs compile time.
+    last = accumulator.track_noise is True
+    apply_loop = _jit_loop(grad_fn, accumulator, apply=True, last=last)
+    add_loops = {False: _jit_loop(grad_fn, accumulator, apply=False, last=False),
+                 True: _jit_loop(grad_fn, accumulator, apply=False, last=last)}
+    add_ones = {False: _jit_micro_step(grad_fn, accumulator, last=False),
+                True: _jit_micro_step(grad_fn, accumulator, last=last)}
     flush = ms.jit(accumulator.flush)
 
     def check_length(micro_steps):
@@ -237,13 +253,15 @@ def make_window_step(grad_fn, accumulator):
             return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
         loss_sum = ops.zeros((), ms.float32)
         for start, stop in runs:
+            ends_window = stop == micro_steps
             if stop - start == 1:
                 count = None if counts is None else Tensor(counts[start])
-                loss_sum = loss_sum + add_one(_variables(micro_batches[start]), count)
+                loss_sum = loss_sum + add_ones[ends_window](_variables(micro_batches[start]), count)
             else:
                 run_counts = None if counts is None else counts[start:stop]
                 stacked = _variables(ops.stack(column) for column in zip(*micro_batches[start:stop]))
-                loss_sum = loss_sum + add_loop(stacked, _tensor(run_counts), Tensor(stop - start, ms.int32))
+                loss_sum = loss_sum + add_loops[ends_window](stacked, _tensor(run_counts),
+                                                             Tensor(stop - start, ms.int32))
         return loss_sum, flush()
 
     return window_step

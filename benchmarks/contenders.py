@@ -241,7 +241,10 @@ _register_option("acc_no_finite_check", "skip_nonfinite=False: the price of the 
                  skip_nonfinite=False)
 _register_option("acc_micro_batch", "skip_nonfinite='micro_batch': a finiteness check per micro-step",
                  skip_nonfinite="micro_batch")
-_register_option("acc_noise", "track_noise=True: a sum of squares per micro-step", track_noise=True)
+_register_option("acc_noise", "track_noise=True: the last micro-batch's distance from the window mean, "
+                 "once a window", track_noise=True)
+_register_option("acc_noise_micro_batch", "track_noise='micro_batch': a sum of squares per micro-step",
+                 track_noise="micro_batch")
 
 
 @register("acc_read_pass", "Accumulator plus one read of each micro-batch's gradient (its sum by MatMul): "
