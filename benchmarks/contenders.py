@@ -284,14 +284,20 @@ def _stacked_window(spec):
 
 @register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
           modes=("graph",))
-def _build_window(spec):
+def _build_window(spec, **options):
     from accumulator import Accumulator
     from accumulator.window import make_window_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    accumulator = Accumulator(optimizer, spec["accumulate"])
+    accumulator = Accumulator(optimizer, spec["accumulate"], **options)
     window_step = make_window_step(grad_fn, accumulator)
     return Runner(lambda: window_step(x, y), x.shape[0] * x.shape[1], _nbytes(accumulator.state_parameters()),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
+
+
+@register("window_noise", "the window step with track_noise=True: the last micro-batch's distance from the "
+          "window mean, once a window", modes=("graph",), experiment=True)
+def _build_window_noise(spec):
+    return _build_window(spec, track_noise=True, micro_batch_size=spec["batch"])
 
 
 @register("window_floor", "the least any MindSpore window step can cost: a bare while loop of forward, "
