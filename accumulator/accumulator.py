@@ -56,6 +56,14 @@ def _cast_like(param, buffer):
     return buffer.astype(param.dtype)
 
 
+def _scale_like(factor, param, grad):
+    """``grad * factor`` in ``param``'s dtype, for the optimizer."""
+    if grad.dtype != ms.float32:
+        factor = factor.astype(grad.dtype)
+    grad = grad * factor
+    return grad if grad.dtype == param.dtype else grad.astype(param.dtype)
+
+
 def _clear(buffer):
     # Assign zeros, not `buffer * 0`: NaN * 0 stays NaN.
     return ops.assign(buffer, ops.zeros_like(buffer))
@@ -547,27 +555,32 @@ class Accumulator:
             >>> bool(accumulator(grads)), bool(accumulator.flush()), bool(accumulator.flush())
             (False, True, False)
         """
-        if self.loss_scaler is None:
-            # Closed whether or not it holds anything, with nothing applied or
-            # skipped when empty: an `if` costs about 0.1 ms per call in
-            # MindSpore 2.10, and the window step flushes every window.
-            self._close_window(self.micro_step > 0)
-        elif self.micro_step > 0:
+        if self.loss_scaler is not None:
             # A loss scaler must not count an empty window as a good step.
-            self._close_window()
-        return self._update_if_ready()
+            if self.micro_step > 0:
+                self._close_window()
+            return self._update_if_ready()
+        # Closed whether or not it holds anything, with nothing applied or
+        # skipped when empty: an `if` costs about 0.1 ms per call in MindSpore
+        # 2.10, and the window step flushes every window. Outside a branch,
+        # the buffers are cleared after the update whatever happened, so the
+        # update can scale them as it hands them over (no write-back pass).
+        grads, factor = self._close_window(self.micro_step > 0, write_back=False)
+        updated = self._update_if_ready(grads, factor, clear=False)
+        _hyper_map(_clear, self.grad_buffers)
+        return updated
 
-    def _update_if_ready(self):
+    def _update_if_ready(self, grads=None, factor=None, clear=True):
         # A branch after the one that closed the window, never inside it:
         # MindSpore 2.10 leaks host memory on every run of a graph with a
         # data-dependent `if` nested in another (about 2 KB per micro-step on
         # the MNIST net), so the window is closed in one branch and applied in
         # a sibling on the flag the first one sets.
         if self.ready:
-            return self._update()
+            return self._update(grads, factor, clear)
         return _FALSE
 
-    def _close_window(self, nonempty=None):
+    def _close_window(self, nonempty=None, write_back=True):
         """Decides the closed window's fate and sets ``ready`` when it is to be applied.
 
         ``nonempty``: a bool Tensor, False for a window with nothing in it,
@@ -579,7 +592,10 @@ class Accumulator:
         hand to the optimizer; a skipped or empty window is multiplied by 0,
         which MulNoNan makes a real 0 even for NaN or Inf. That costs no
         branch: every call of a graph pays about 0.1 ms for each of its
-        branches, taken or not (MindSpore 2.10, CPU).
+        branches, taken or not (MindSpore 2.10, CPU). Without ``write_back``
+        (``flush``, which clears the buffers after the update anyway) it
+        returns the window's gradients and the scalar, for the update to
+        multiply as it hands them over: a pass over the buffers less.
         """
         grads = self.grad_buffers
         total = self.weight_total
@@ -621,22 +637,26 @@ class Accumulator:
             member.close_window(extra[start:start + size], applied)
             start = start + size
         if self._skips or nonempty is not None:
-            # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
-            one = ops.ones((), ms.float32)
-            factor = ops.select(applied, one if factor is None else factor, ops.zeros((), ms.float32))
             skipped = ops.logical_not(applied)
             if nonempty is not None:
                 skipped = ops.logical_and(skipped, nonempty)
             ops.assign_add(self.skipped_windows, skipped.astype(ms.int32))
-        if factor is not None:
+            if write_back:
+                # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
+                one = ops.ones((), ms.float32)
+                factor = ops.select(applied, one if factor is None else factor, ops.zeros((), ms.float32))
+        if write_back and factor is not None:
             _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
-        elif self.grad_reducer is not None:
+        elif write_back and self.grad_reducer is not None:
             _hyper_map(_assign, self.grad_buffers, grads)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ops.zeros((), ms.int32))
         ops.assign(self.weight_total, ops.zeros((), ms.float32))
         if self.schedule.fixed_step is None:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
+        if not write_back:
+            return grads, factor
+        return None
 
     @property
     def noise_scale(self):
@@ -669,13 +689,17 @@ class Accumulator:
         ops.assign_add(self.norm_windows, applied.astype(ms.int32))
         return applied
 
-    def _update(self):
-        grads = self.grad_buffers
-        if self._casts:
+    def _update(self, grads=None, factor=None, clear=True):
+        if grads is None:
+            grads = self.grad_buffers
+        if factor is not None:
+            grads = _hyper_map(ops.partial(_scale_like, factor), self.optimizer.parameters, grads)
+        elif self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
         self.optimizer(grads)
         ops.assign_add(self.update_count, ops.ones((), ms.int32))
-        _hyper_map(_clear, self.grad_buffers)
+        if clear:
+            _hyper_map(_clear, self.grad_buffers)
         ops.assign(self.ready, _FALSE)
         return _TRUE
 

@@ -6,7 +6,7 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
-from accumulator import Accumulator
+from accumulator import Accumulator, make_window_step
 from helpers import (OPTIMIZERS, DoublingReducer, accumulated_step, assert_states_close, grad_fn_for,
                      large_batch_step, make_data, make_net, make_optimizer, optimizer_state, reference_state, split)
 
@@ -74,6 +74,22 @@ def test_grad_reducer_receives_and_returns_the_window_weight(mode):
         step(data, label, Tensor(len(data), ms.int32))
     assert float(reducer.seen_weight) == 16.0
     assert_states_close(optimizer_state(optimizer), expected)
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd"])
+def test_the_window_step_hands_the_reduced_window_to_the_optimizer(name):
+    # flush() scales the reduced window as it hands it over, with no write-back.
+    x, y = make_data(16)
+    expected = reference_state(name, [(x, y)])
+    net = make_net()
+    optimizer = make_optimizer(name, net.trainable_params())
+    reducer = DoublingReducer()
+    accumulator = Accumulator(optimizer, 3, grad_reducer=reducer)
+    window_step = make_window_step(grad_fn_for(net, optimizer, "sum"), accumulator)
+    loss_sum, updated = window_step(split(x, y, [5, 3, 8]), counts=[5, 3, 8])
+    assert bool(updated) and float(reducer.seen_weight) == 16.0
+    assert_states_close(optimizer_state(optimizer), expected)
+    assert all(not b.asnumpy().any() for b in accumulator.grad_buffers)
 
 
 def test_uneven_micro_batches_without_counts_are_a_mean_of_means():
