@@ -497,8 +497,9 @@ class Accumulator:
         """
         self._check_noise_size(count)
         size = self._noise_size(count)
-        mean = ops.cast(count, ms.float32) / self.weight_total if count is not None else 1.0 / self.weight_total
-        distance = _hyper_map(ops.partial(_distance, mean), grads, self.grad_buffers)
+        # The buffers times this are the window mean, on the scale of grads.
+        factor = ops.cast(count, ms.float32) / self.weight_total if count is not None else 1.0 / self.weight_total
+        distance = _hyper_map(ops.partial(_distance, factor), grads, self.grad_buffers)
         squared = _squared_total(self.sum_by_matmul, distance)
         if count is not None:
             squared = squared / (size * size)
