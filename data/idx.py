@@ -75,8 +75,9 @@ def read_idx_header(path):
     The low byte of the magic number is the number of dimensions.
 
     Example:
-        >>> read_idx_header("train-images-idx3-ubyte")
-        (2051, (60000, 28, 28))
+        >>> write_idx_images("images", np.zeros((5, 28, 28), np.uint8))
+        >>> read_idx_header("images")
+        (2051, (5, 28, 28))
     """
     with open(path, "rb") as f:
         head = f.read(4)
@@ -94,7 +95,8 @@ def read_idx(path):
     """Read a whole uint8 idx file into an array shaped as its header says.
 
     Example:
-        >>> read_idx("train-labels-idx1-ubyte")[:3]
+        >>> write_idx_labels("labels", np.array([5, 0, 4], np.uint8))
+        >>> read_idx("labels")
         array([5, 0, 4], dtype=uint8)
     """
     _, dims = read_idx_header(path)
@@ -138,8 +140,14 @@ def validate_split(folder, split):
     the file and the fault (a bad label: its value and index).
 
     Example:
+        >>> write_synthetic_mnist("MNIST_Data", n_train=300, n_test=100)
+        {'train': 300, 'test': 100}
         >>> validate_split("MNIST_Data/train", "train")
-        60000
+        300
+        >>> write_idx_labels("MNIST_Data/train/train-labels-idx1-ubyte", np.full(300, 12, np.uint8))
+        >>> validate_split("MNIST_Data/train", "train")
+        Traceback (most recent call last):
+        data.idx.MnistFormatError: MNIST_Data/train/train-labels-idx1-ubyte: label 12 at index 0 is not a class in [0, 10) (and 299 more)
     """
     images_name, labels_name = SPLIT_FILES[split]
     images_path = os.path.join(folder, images_name)
@@ -159,8 +167,10 @@ def validate_mnist_dir(folder):
     :class:`MnistFormatError` naming the first bad file.
 
     Example:
+        >>> write_synthetic_mnist("MNIST_Data", n_train=300, n_test=100)
+        {'train': 300, 'test': 100}
         >>> validate_mnist_dir("MNIST_Data")
-        {'train': 60000, 'test': 10000}
+        {'train': 300, 'test': 100}
     """
     return {split: validate_split(os.path.join(folder, split), split) for split in SPLIT_FILES}
 
@@ -191,7 +201,7 @@ def write_synthetic_mnist(folder, n_train=1000, n_test=200, seed=0):
     The same ``seed`` writes the same bytes. Returns the sample counts.
 
     Example:
-        >>> write_synthetic_mnist("/tmp/fake_mnist", n_train=200, n_test=100, seed=1)
+        >>> write_synthetic_mnist("fake_mnist", n_train=200, n_test=100, seed=1)
         {'train': 200, 'test': 100}
     """
     n_train, n_test = positive_int(n_train, "n_train"), positive_int(n_test, "n_test")

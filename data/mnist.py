@@ -76,7 +76,11 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
         MnistFormatError: the download worked but a file in it is bad.
 
     Example:
-        >>> train_dir = os.path.join(ensure_mnist(), "train")
+        >>> from data.idx import write_synthetic_mnist
+        >>> write_synthetic_mnist("MNIST_Data", n_train=64, n_test=32)
+        {'train': 64, 'test': 32}
+        >>> ensure_mnist("MNIST_Data")  # valid files there: nothing to download
+        'MNIST_Data'
     """
     try:
         validate_mnist_dir(data_dir)
@@ -181,9 +185,12 @@ def mnist_dataset(split_dir, batch_size, shuffle=False, seed=None, drop_remainde
             (``None``: MindSpore's default, ``ds.config.get_num_parallel_workers()``).
 
     Example:
+        >>> from data.idx import write_synthetic_mnist
+        >>> write_synthetic_mnist("MNIST_Data", n_train=80, n_test=32)
+        {'train': 80, 'test': 32}
         >>> train = mnist_dataset("MNIST_Data/train", 32, shuffle=True, seed=0)
-        >>> for images, labels in train.create_tuple_iterator():
-        ...     pass
+        >>> [(images.shape, labels.shape) for images, labels in train.create_tuple_iterator()]
+        [((32, 1, 28, 28), (32,)), ((32, 1, 28, 28), (32,)), ((16, 1, 28, 28), (16,))]
     """
     batch_size, num_shards = _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     n = _split_size(split_dir)
@@ -216,12 +223,10 @@ def load_mnist_split(split_dir):
     training step for the same two cores (``scripts/benchmark.py --end-to-end``).
 
     Example:
-        >>> import tempfile
         >>> from data.idx import write_synthetic_mnist
-        >>> folder = tempfile.mkdtemp()
-        >>> write_synthetic_mnist(folder, n_train=64, n_test=32)
+        >>> write_synthetic_mnist("MNIST_Data", n_train=64, n_test=32)
         {'train': 64, 'test': 32}
-        >>> images, labels = load_mnist_split(os.path.join(folder, "test"))
+        >>> images, labels = load_mnist_split("MNIST_Data/test")
         >>> images.shape, images.dtype, labels.shape, labels.dtype
         ((32, 1, 28, 28), dtype('float32'), (32,), dtype('int32'))
     """
