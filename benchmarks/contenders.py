@@ -303,20 +303,32 @@ def _build_window_noise(spec):
 @register("window_floor", "the least any MindSpore window step can cost: a bare while loop of forward, "
           "backward and assign_add, then one SGD update; no mean, checks or counters", modes=("graph",),
           experiment=True)
-def _build_window_floor(spec, checked=False):
+def _build_window_floor(spec, mean=False, check=False):
     import mindspore as ms
     from benchmarks.floor import make_floor_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    window_step, buffers = make_floor_step(grad_fn, optimizer, checked)
+    window_step, buffers = make_floor_step(grad_fn, optimizer, mean, check)
     k = ms.Tensor(x.shape[0], ms.int32)
     return Runner(lambda: window_step(x, y, k), x.shape[0] * x.shape[1], _nbytes(buffers),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
 
 
+@register("window_floor_mean", "window_floor plus the mean's multiply (the optimizer gets the sum divided by N)",
+          modes=("graph",), experiment=True)
+def _build_window_floor_mean(spec):
+    return _build_window_floor(spec, mean=True)
+
+
+@register("window_floor_check", "window_floor plus a finiteness check in a branch around the optimizer",
+          modes=("graph",), experiment=True)
+def _build_window_floor_check(spec):
+    return _build_window_floor(spec, check=True)
+
+
 @register("window_floor_checked", "window_floor plus what the Accumulator's defaults need: the mean's "
           "multiply and a finiteness check in a branch around the optimizer", modes=("graph",), experiment=True)
 def _build_window_floor_checked(spec):
-    return _build_window_floor(spec, checked=True)
+    return _build_window_floor(spec, mean=True, check=True)
 
 
 # --------------------------------------------------------------------------- PyTorch (reference only)

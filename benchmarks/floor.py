@@ -6,8 +6,9 @@ checks, no counters. The project's window step does all of that on top;
 the gap between the two rows is what its bookkeeping costs. The ``checked``
 floor adds only what the Accumulator's defaults cannot do without: the
 mean's multiply and a finiteness check deciding, in a branch, whether the
-optimizer runs. The helpers are this module's own, so the floors stay bare
-whatever the Accumulator does.
+optimizer runs; the ``mean`` and ``check`` floors add one of the two
+each. The helpers are this module's own, so the floors stay bare whatever
+the Accumulator does.
 """
 import mindspore as ms
 from mindspore import ops
@@ -52,16 +53,18 @@ def total(tensors):
     return ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(())
 
 
-def make_floor_step(grad_fn, optimizer, checked=False):
+def make_floor_step(grad_fn, optimizer, mean=False, check=False):
     """A jitted ``window_step(x, y, k)`` over stacked micro-batches, and its buffers.
 
     ``x[i], y[i]`` for ``i < k`` go through ``grad_fn`` (which returns
     ``loss, grads`` for ``optimizer.parameters``); their gradients are summed
     into zero-initialised buffers, the optimizer runs once on the sum, and the
     buffers are cleared. ``k`` is an int32 Tensor, so the loop is never
-    unrolled. ``checked``: the optimizer gets the mean (the sum over ``k``)
-    and runs only when the sum is finite. Returns the step and the buffers
-    (one per parameter).
+    unrolled. The two things the Accumulator's defaults add, each on its own
+    so that their prices can be told apart: ``mean``, the optimizer gets the
+    sum over ``k`` (one multiply per buffer); ``check``, it runs only when the
+    sum is finite (a MatMul sum and a branch). Returns the step and the
+    buffers (one per parameter).
 
     Example:
         >>> import numpy as np
@@ -78,32 +81,29 @@ def make_floor_step(grad_fn, optimizer, checked=False):
         array([2.], dtype=float32)
         >>> float(buffers[0].asnumpy().sum())  # cleared for the next window
         0.0
-        >>> checked_step, _ = make_floor_step(grad_fn, optimizer, checked=True)
+        >>> checked_step, _ = make_floor_step(grad_fn, optimizer, mean=True, check=True)
         >>> _ = checked_step(x, y, Tensor(2, ms.int32))
         >>> net.bias.asnumpy()  # it predicts 3 x 2 + 2 = 8: one SGD step on the mean gradient, 2 x (8 - 1)
         array([-5.], dtype=float32)
     """
     buffers = optimizer.parameters.clone(prefix="floor", init="zeros")
 
-    def loop(x, y, k):
+    def window_step(x, y, k):
         i = ops.zeros((), ms.int32)
         while i < k:
             _, grads = grad_fn(x[i], y[i])
             _hyper_map(_add_into, buffers, grads)
             i = i + 1
-        return i
-
-    def bare(x, y, k):
-        i = loop(x, y, k)
-        optimizer(buffers)
+        # Python constants: the graph keeps only the chosen form.
+        grads = buffers
+        if mean:
+            grads = _hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers)
+        if check:
+            if ops.isfinite(total(buffers)):
+                optimizer(grads)
+        else:
+            optimizer(grads)
         _hyper_map(_clear, buffers)
         return i
 
-    def mean_if_finite(x, y, k):
-        i = loop(x, y, k)
-        if ops.isfinite(total(buffers)):
-            optimizer(_hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers))
-        _hyper_map(_clear, buffers)
-        return i
-
-    return ms.jit(mean_if_finite if checked else bare), buffers
+    return ms.jit(window_step), buffers

@@ -42,6 +42,24 @@ def test_floor_step_applies_the_sum_once_and_clears():
     assert all(not buffer.asnumpy().any() for buffer in buffers)
 
 
+def test_floor_parts_apply_the_mean_and_skip_a_nonfinite_window():
+    net, optimizer = _net_and_sgd()
+    x, y = _data(2)
+    start = [net.weight.asnumpy().copy(), net.bias.asnumpy().copy()]
+    want = _expected(net, x, y)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
+    mean_step, _ = make_floor_step(grad_fn, optimizer, mean=True)
+    mean_step(Tensor(x), Tensor(y), Tensor(2, ms.int32))
+    # Half the summed step: the optimizer got the sum divided by the 2 micro-steps.
+    np.testing.assert_allclose(net.bias.asnumpy(), (start[1] + want[1]) / 2, rtol=1e-5, atol=1e-6)
+    check_step, buffers = make_floor_step(grad_fn, optimizer, check=True)
+    after_mean = net.weight.asnumpy().copy()
+    x[1, 0, 0] = np.nan
+    check_step(Tensor(x), Tensor(y), Tensor(2, ms.int32))
+    np.testing.assert_array_equal(net.weight.asnumpy(), after_mean)
+    assert all(not buffer.asnumpy().any() for buffer in buffers)
+
+
 def test_tutorial_accumulator_applies_every_nth_call():
     net, optimizer = _net_and_sgd()
     x, y = _data(2)
