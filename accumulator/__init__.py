@@ -13,7 +13,7 @@ from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from accumulator.distributed import WindowAllReduce
-from accumulator.files import write_atomically
+from accumulator.files import unfinished_writes, write_atomically
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
@@ -21,4 +21,5 @@ from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "CheckpointMismatchError", "EquivalenceReport", "FlushAtEpochEnd",
            "NoiseScaleSchedule", "WindowAllReduce", "as_schedule", "check_equivalence", "convert_batchnorm",
-           "load_checkpoint", "make_window_step", "save_checkpoint", "training_state", "write_atomically"]
+           "load_checkpoint", "make_window_step", "save_checkpoint", "training_state", "unfinished_writes",
+           "write_atomically"]

@@ -123,8 +123,10 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
             os.path.basename(newest)).group(1)) >= attempt
     assert mid_write, "no kill landed while a checkpoint was being written"  # 4 or 5 of 5 do here
 
+    assert temporaries(), "the kills left no partial write behind to clean up"
     process = worker(killed)
     assert process.wait(timeout=300) == 0
+    assert not temporaries()  # the resumed run's saves removed what the kills left
     expected = ms.load_checkpoint(checkpoint_path(str(straight), epochs))
     resumed = ms.load_checkpoint(checkpoint_path(str(killed), epochs))
     assert expected.keys() == resumed.keys()

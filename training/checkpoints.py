@@ -10,7 +10,7 @@ import re
 import shlex
 import sys
 
-from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
+from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint, unfinished_writes
 from training.errors import TrainingError
 from training.interrupts import deferred
 
@@ -134,7 +134,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
     ``run`` is a ``training.loop.Run`` (its ``net``, ``optimizer`` and
     ``accumulator`` are saved). A failed write raises ``TrainingError`` and
     leaves older checkpoints as they were. Ctrl-C or SIGTERM during the
-    write (``training.interrupts``) takes effect once it is done.
+    write (``training.interrupts``) takes effect once it is done. A write
+    killed outright (SIGKILL) leaves a hidden temporary file; the next
+    save of that epoch, the first after resuming, removes it.
 
     Example:
         >>> import tempfile
@@ -154,6 +156,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
     except OSError as error:
         previous = f"; {os.path.basename(checkpoint_path(config.ckpt_dir, epoch - 1))} is intact" if epoch > 1 else ""
         raise TrainingError(f"could not write checkpoint {path}: {error}{previous}") from error
+    # Only this run writes here (check_ckpt_dir), so any other is a killed run's.
+    for leftover in unfinished_writes(path):
+        os.remove(leftover)
     return path
 
 
