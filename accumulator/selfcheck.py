@@ -15,6 +15,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
+from accumulator.batchnorm import WindowBatchNorm
+
 # Relative to each gradient tensor's largest element. The window and the
 # large batch add the same per-sample terms in a different order (per
 # micro-batch, then across micro-batches); float32 rounds each sum by about
@@ -230,11 +232,18 @@ def _training_mode_reasons(network):
     batch_norms = [name for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
                    and (cell.use_batch_statistics or (cell.use_batch_statistics is None and cell.training))]
     dropouts = [name for name, cell in network.cells_and_names() if isinstance(cell, _DROPOUTS) and cell.training]
+    window_aware = {name for name, cell in network.cells_and_names() if isinstance(cell, WindowBatchNorm)}
+    plain = [name for name in batch_norms if name not in window_aware]
+    converted = [name for name in batch_norms if name in window_aware]
     reasons = []
-    if batch_norms:
-        reasons.append(f"BatchNorm in training mode ({', '.join(batch_norms)}): each micro-batch is normalised by "
-                       "its own mean and variance, not the large batch's; use GroupNorm or LayerNorm, or accept "
-                       "the difference")
+    gradients = ("each micro-batch is normalised by its own mean and variance, not the large batch's; use "
+                 "GroupNorm or LayerNorm, or accept the difference")
+    if plain:
+        reasons.append(f"BatchNorm in training mode ({', '.join(plain)}): {gradients} (convert_batchnorm makes "
+                       "its moving statistics the whole window's, not its gradients)")
+    if converted:
+        reasons.append(f"BatchNorm in training mode ({', '.join(converted)}), converted by convert_batchnorm: its "
+                       f"moving statistics are the whole window's, but {gradients}")
     if dropouts:
         reasons.append(f"dropout in training mode ({', '.join(dropouts)}): every forward pass draws new masks")
     return reasons

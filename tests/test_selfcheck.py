@@ -4,7 +4,7 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from accumulator import Accumulator
+from accumulator import Accumulator, convert_batchnorm
 from accumulator.selfcheck import check_equivalence
 from accumulator.state import training_state
 from helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, split
@@ -112,10 +112,25 @@ def test_batch_norm_in_training_mode_is_named_and_its_statistics_restored(mode):
     statistics = [p.asnumpy().copy() for p in (net[1].moving_mean, net[1].moving_variance)]
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)
     assert not report.equivalent and report.max_rel_diff > 1e-2
-    assert report.reasons[0].startswith("BatchNorm in training mode (1)")
+    assert report.reasons[0].startswith("BatchNorm in training mode (1): ")
+    assert "convert_batchnorm" in report.reasons[0]
     assert not any("randomness" in reason for reason in report.reasons)
     for before, after in zip(statistics, (net[1].moving_mean, net[1].moving_variance)):
         assert before.tobytes() == after.asnumpy().tobytes()
+
+
+def test_a_converted_batch_norm_is_named_as_converted_and_its_statistics_restored(mode):
+    net = _net_with(nn.BatchNorm1d(8))
+    net, accumulator, grad_fn = _setup(net)
+    convert_batchnorm(net, accumulator)
+    state = [p.asnumpy().copy() for p in accumulator.state_parameters()] + \
+        [p.asnumpy().copy() for p in (net[1].moving_mean, net[1].moving_variance)]
+    report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)
+    assert not report.equivalent and len(report.reasons) == 1
+    assert report.reasons[0].startswith("BatchNorm in training mode (1), converted by convert_batchnorm")
+    after = [p.asnumpy() for p in accumulator.state_parameters()] + \
+        [p.asnumpy() for p in (net[1].moving_mean, net[1].moving_variance)]
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(state, after))
 
 
 def test_batch_norm_in_inference_mode_is_equivalent(mode):
