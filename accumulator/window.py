@@ -19,41 +19,19 @@ def _micro_batch(inputs, i):
     return [t[i] for t in inputs]
 
 
-def _add_all(grad_fn, accumulator, inputs, counts, stop):
-    """Adds micro-batches ``0 .. stop-1``; returns their summed loss, and no tally.
-
-    Nothing but the index and the loss goes from one iteration to the next:
-    a tally carried through the loop unchanged made MindSpore 2.10 hold
-    memory for every micro-batch (on the wide benchmark net the window
-    step's peak grew from 528 MB at N=1 to 685 MB at N=256; 555 MB without).
-    """
-    loss_sum = ops.zeros((), ms.float32)
-    i = ops.zeros((), ms.int32)
-    while i < stop:
-        loss, grads = grad_fn(*_micro_batch(inputs, i))
-        accumulator.add(grads, None if counts is None else counts[i])
-        loss_sum = loss_sum + ops.cast(loss, ms.float32)
-        i = i + 1
-    return loss_sum, None
+def _add(accumulator, grads, counts, i, tally):
+    accumulator.add(grads, None if counts is None else counts[i])
+    return tally
 
 
-def _add_kept(grad_fn, accumulator, inputs, counts, stop):
-    """Adds micro-batches ``0 .. stop-1``; returns their summed loss and the micro-steps and counts ``add`` kept.
-
-    For ``skip_nonfinite="micro_batch"``, which may leave micro-batches out.
-    """
-    loss_sum = ops.zeros((), ms.float32)
-    steps, weight = ops.zeros((), ms.int32), ops.zeros((), ms.float32)
-    i = ops.zeros((), ms.int32)
-    while i < stop:
-        loss, grads = grad_fn(*_micro_batch(inputs, i))
-        kept = accumulator.add(grads, None if counts is None else counts[i])
-        steps = steps + kept.astype(ms.int32)
-        if counts is not None:
-            weight = weight + counts[i] * kept.astype(ms.float32)
-        loss_sum = loss_sum + ops.cast(loss, ms.float32)
-        i = i + 1
-    return loss_sum, (steps, weight)
+def _add_and_tally(accumulator, grads, counts, i, tally):
+    """Adds, and tallies the micro-steps (and counts) ``add`` kept: for ``skip_nonfinite="micro_batch"``."""
+    kept = accumulator.add(grads, None if counts is None else counts[i])
+    steps, weight = tally
+    steps = steps + kept.astype(ms.int32)
+    if counts is not None:
+        weight = weight + counts[i] * kept.astype(ms.float32)
+    return steps, weight
 
 
 def _count(accumulator, micro_steps, counts, tally, last):
@@ -86,8 +64,15 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     ``track_noise=True`` samples, so it runs after the loop and its count,
     through ``accumulate(..., last=True)``.
     """
+    loss_sum = ops.zeros((), ms.float32)
+    tally = (ops.zeros((), ms.int32), ops.zeros((), ms.float32))
+    i = ops.zeros((), ms.int32)
     stop = micro_steps - 1 if last else micro_steps
-    loss_sum, tally = add(grad_fn, accumulator, inputs, counts, stop)
+    while i < stop:
+        loss, grads = grad_fn(*_micro_batch(inputs, i))
+        tally = add(accumulator, grads, counts, i, tally)
+        loss_sum = loss_sum + ops.cast(loss, ms.float32)
+        i = i + 1
     count(accumulator, stop, counts, tally, last)
     if last:
         loss, grads = grad_fn(*_micro_batch(inputs, stop))
@@ -100,9 +85,9 @@ def _jit_loop(grad_fn, accumulator, apply, last):
     # Chosen here, in Python: a constant `if` inside the graph's while loop
     # miscompiled in MindSpore 2.10 (windows of one micro-batch went wrong).
     if accumulator.skip_nonfinite == "micro_batch":
-        add, count = _add_kept, _count_kept
+        add, count = _add_and_tally, _count_kept
     else:
-        add, count = _add_all, _count
+        add, count = _add, _count
     if apply:
         def window(inputs, counts, micro_steps):
             loss_sum = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last)
