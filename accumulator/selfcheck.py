@@ -229,12 +229,11 @@ def _scale_reason(scale, reduction, counts):
 def _training_mode_reasons(network):
     if network is None:
         return []
-    batch_norms = [name for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
+    batch_norms = [(name, cell) for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
                    and (cell.use_batch_statistics or (cell.use_batch_statistics is None and cell.training))]
     dropouts = [name for name, cell in network.cells_and_names() if isinstance(cell, _DROPOUTS) and cell.training]
-    window_aware = {name for name, cell in network.cells_and_names() if isinstance(cell, WindowBatchNorm)}
-    plain = [name for name in batch_norms if name not in window_aware]
-    converted = [name for name in batch_norms if name in window_aware]
+    plain = [name for name, cell in batch_norms if not isinstance(cell, WindowBatchNorm)]
+    converted = [name for name, cell in batch_norms if isinstance(cell, WindowBatchNorm)]
     reasons = []
     gradients = ("each micro-batch is normalised by its own mean and variance, not the large batch's; use "
                  "GroupNorm or LayerNorm, or accept the difference")
