@@ -36,6 +36,12 @@ def _row_sums(buffer):
     return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32))
 
 
+def _window_gradient(mean, buffers, k):
+    if mean:
+        return _hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers)
+    return buffers
+
+
 def total(tensors):
     """The sum of every element of float32 ``tensors``: the cheapest full read of a gradient found on CPU.
 
@@ -94,15 +100,13 @@ def make_floor_step(grad_fn, optimizer, mean=False, check=False):
             _, grads = grad_fn(x[i], y[i])
             _hyper_map(_add_into, buffers, grads)
             i = i + 1
-        # Python constants: the graph keeps only the chosen form.
-        grads = buffers
-        if mean:
-            grads = _hyper_map(ops.partial(_scale, 1.0 / k.astype(ms.float32)), buffers)
+        # Python constants: the graph keeps only the chosen form, with the
+        # mean's multiply inside the branch as the Accumulator has it.
         if check:
             if ops.isfinite(total(buffers)):
-                optimizer(grads)
+                optimizer(_window_gradient(mean, buffers, k))
         else:
-            optimizer(grads)
+            optimizer(_window_gradient(mean, buffers, k))
         _hyper_map(_clear, buffers)
         return i
 
