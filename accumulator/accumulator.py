@@ -2,6 +2,7 @@
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.common.initializer import initializer
+from mindspore.experimental.optim import Optimizer as NewOptimizer
 
 from accumulator.checks import non_negative_int, positive_int
 from accumulator.noise import NoiseTracker
@@ -11,6 +12,9 @@ REDUCTIONS = ("mean", "sum")
 # Gradients summed in float16 or bfloat16 stall: 2048 + 1 is 2048 in float16.
 LOW_PRECISION = (ms.float16, ms.bfloat16)
 FLOAT_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+# The optimizer families MindSpore 2.10 ships: nn's, and the PyTorch-style
+# experimental.optim ones that mint.optim's Adam, AdamW and SGD subclass too.
+OPTIMIZERS = (nn.Optimizer, NewOptimizer)
 # The running mean of window norms that spike_factor compares against: an
 # exponential average over roughly the last ten windows, bias-corrected.
 NORM_DECAY = 0.9
@@ -153,8 +157,11 @@ class Accumulator:
     ``accumulate_step``, the accumulator divides once per window.
 
     Args:
-        optimizer: any ``mindspore.nn.Optimizer``. It runs once per window,
-            so learning-rate lists and schedules advance per update.
+        optimizer: a ``mindspore.nn.Optimizer``, or a
+            ``mindspore.experimental.optim`` / ``mindspore.mint.optim`` one.
+            It runs once per window, so learning-rate lists and schedules
+            advance per update; step an ``experimental.optim.lr_scheduler``
+            when a call returns True (the window was applied).
         accumulate_step: micro-batches per window: a positive int, a dict
             ``{update_count: N}``, a callable ``update_count -> N`` or a
             ``NoiseScaleSchedule`` (see ``accumulator.schedule``). N changes
@@ -260,8 +267,9 @@ class Accumulator:
     def __init__(self, optimizer, accumulate_step=1, reduction="mean", clip_norm=None,
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
                  spike_factor=None, spike_warmup=10, track_noise=False, micro_batch_size=None):
-        if not isinstance(optimizer, nn.Optimizer):
-            raise TypeError(f"optimizer must be a mindspore.nn.Optimizer, got {type(optimizer).__name__}")
+        if not isinstance(optimizer, OPTIMIZERS):
+            raise TypeError("optimizer must be a mindspore.nn.Optimizer or a mindspore.experimental.optim "
+                            f"(or mint.optim) Optimizer, got {type(optimizer).__name__}")
         self.schedule = as_schedule(accumulate_step)
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
