@@ -1,16 +1,14 @@
 """Fetch MNIST and feed it to a network, whole batches or accumulation windows."""
 import numbers
 import os
-import shutil
-import tempfile
 
 import mindspore as ms
 import mindspore.dataset as ds
 import numpy as np
-from download import download
 from mindspore.dataset import transforms, vision
 
 from accumulator.checks import boolean, positive_int
+from .download import staged_download
 from .idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir, validate_split
 
 MNIST_URL = "https://mindspore-website.obs.cn-north-4.myhuaweicloud.com/notebook/datasets/MNIST_Data.zip"
@@ -40,26 +38,6 @@ def _extracted_root(folder):
     return nested if os.path.isdir(nested) else folder
 
 
-def _missing_folders(folder):
-    """The folders on the way to ``folder`` that do not exist yet, outermost first."""
-    missing = []
-    folder = os.path.abspath(folder)
-    while not os.path.exists(folder):
-        missing.insert(0, folder)
-        folder = os.path.dirname(folder)
-    return missing
-
-
-def _remove_empty(folders):
-    for folder in reversed(folders):
-        try:
-            os.rmdir(folder)
-        except FileNotFoundError:
-            continue
-        except OSError:
-            return  # someone else put something there: leave it and its parents
-
-
 def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
     """Return ``data_dir`` once it holds valid MNIST, downloading it if needed.
 
@@ -87,23 +65,11 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
         return data_dir
     except MnistFormatError:
         pass
-    parent = os.path.dirname(os.path.abspath(data_dir))
-    created = _missing_folders(parent)
-    try:
-        os.makedirs(parent, exist_ok=True)
-        # The .tmp suffix keeps a folder left by a killed process out of git.
-        staging = tempfile.mkdtemp(prefix=".MNIST_Data.", suffix=".tmp", dir=parent)
-    except OSError as error:
-        _remove_empty(created)
-        raise MnistUnavailableError(_unavailable_message(url, data_dir, f"cannot write in {parent}: "
-                                                                        f"{error.strerror}")) from error
-    try:
-        try:
-            download(url, staging, kind="zip", replace=True, progressbar=False)
-        except Exception as error:
-            # download() wraps the cause in several lines; its last one says what went wrong.
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-            raise MnistUnavailableError(_unavailable_message(url, data_dir, reason)) from error
+
+    def unavailable(reason):
+        return MnistUnavailableError(_unavailable_message(url, data_dir, reason))
+
+    with staged_download(url, data_dir, unavailable, kind="zip") as staging:
         root = _extracted_root(staging)
         try:
             validate_mnist_dir(root)
@@ -117,10 +83,6 @@ def ensure_mnist(data_dir=DEFAULT_DATA_DIR, url=MNIST_URL):
             os.makedirs(os.path.join(data_dir, split), exist_ok=True)
             for name in names:
                 os.replace(os.path.join(root, split, name), os.path.join(data_dir, split, name))
-        created = []  # installed: the folders on the way now lead to data_dir
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(created)
     return data_dir
 
 
