@@ -5,6 +5,7 @@ from mindspore.common.initializer import initializer
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
 from accumulator.checks import non_negative_int, positive_int
+from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, ones
 from accumulator.noise import NoiseTracker
 from accumulator.schedule import as_schedule
 
@@ -20,8 +21,6 @@ OPTIMIZERS = (nn.Optimizer, NewOptimizer)
 NORM_DECAY = 0.9
 
 _hyper_map = ops.HyperMap()
-_TRUE = Tensor(True, ms.bool_)
-_FALSE = Tensor(False, ms.bool_)
 _mul_no_nan = ops.MulNoNan()
 
 
@@ -104,7 +103,7 @@ def _row_sums(grad):
     if grad.ndim < 2:
         return grad.reshape((-1, 1))
     rows = grad.reshape((grad.shape[0], -1))
-    return ops.matmul(rows, ops.ones((rows.shape[1], 1), ms.float32))
+    return ops.matmul(rows, ones((rows.shape[1], 1)))
 
 
 def _total(by_matmul, grads):
@@ -116,7 +115,7 @@ def _total(by_matmul, grads):
     # every kernel in a graph with branches costs tens of microseconds, so
     # the row sums of all tensors are joined and summed by one more MatMul.
     column = ops.concat(_hyper_map(_row_sums, grads))
-    return ops.matmul(ops.ones((1, column.shape[0]), ms.float32), column).reshape(())
+    return ops.matmul(ones((1, column.shape[0])), column).reshape(())
 
 
 def _squared_total(by_matmul, grads):
@@ -451,11 +450,10 @@ class Accumulator:
     def _count_one(self, count, kept):
         # Not one helper returning (kept, position): MindSpore 2.10 then
         # dropped add()'s writes wherever a caller left `kept` unused.
-        one = ops.ones((), ms.int32)
         if self.skip_nonfinite != "micro_batch":
-            return self.count(one, count)
+            return self.count(ONE_INT, count)
         weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
-        return self.count(one, weight, kept.astype(ms.int32))
+        return self.count(ONE_INT, weight, kept.astype(ms.int32))
 
     def add(self, grads, count=None):
         """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
@@ -486,7 +484,7 @@ class Accumulator:
             _hyper_map(ops.partial(_add_if, kept.astype(ms.float32)), self.grad_buffers, grads)
         else:
             _hyper_map(_add_into, self.grad_buffers, grads)
-            kept = _TRUE
+            kept = TRUE
         if self.noise is not None and self.track_noise == "micro_batch":
             self._check_noise_size(count)
             size = self._noise_size(count)
@@ -587,7 +585,7 @@ class Accumulator:
         # a sibling on the flag the first one sets.
         if self.ready:
             return self._update(grads, factor, clear)
-        return _FALSE
+        return FALSE
 
     def _close_window(self, nonempty=None, write_back=True):
         """Decides the closed window's fate and sets ``ready`` when it is to be applied.
@@ -652,15 +650,14 @@ class Accumulator:
             ops.assign_add(self.skipped_windows, skipped.astype(ms.int32))
             if write_back:
                 # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
-                one = ops.ones((), ms.float32)
-                factor = ops.select(applied, one if factor is None else factor, ops.zeros((), ms.float32))
+                factor = ops.select(applied, ONE_FLOAT if factor is None else factor, ZERO_FLOAT)
         if write_back and factor is not None:
             _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
         elif write_back and self.grad_reducer is not None:
             _hyper_map(_assign, self.grad_buffers, grads)
         ops.assign(self.ready, applied)
-        ops.assign(self.micro_step, ops.zeros((), ms.int32))
-        ops.assign(self.weight_total, ops.zeros((), ms.float32))
+        ops.assign(self.micro_step, ZERO_INT)
+        ops.assign(self.weight_total, ZERO_FLOAT)
         if self.schedule.fixed_step is None:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         if not write_back:
@@ -706,11 +703,11 @@ class Accumulator:
         elif self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
         self.optimizer(grads)
-        ops.assign_add(self.update_count, ops.ones((), ms.int32))
+        ops.assign_add(self.update_count, ONE_INT)
         if clear:
             _hyper_map(_clear, self.grad_buffers)
-        ops.assign(self.ready, _FALSE)
-        return _TRUE
+        ops.assign(self.ready, FALSE)
+        return TRUE
 
     def _normalising_factor(self, total):
         """The scalar the window's sum is multiplied by, or None for none."""
@@ -722,7 +719,7 @@ class Accumulator:
 
     def _finite(self, grads, norm):
         if not self.skip_nonfinite:
-            return _TRUE
+            return TRUE
         if self.sum_by_matmul and norm is not None:
             return ops.isfinite(norm)
         return _all_finite(self.sum_by_matmul, grads)

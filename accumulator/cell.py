@@ -3,6 +3,9 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
 
+from accumulator.constants import ZERO_INT
+from accumulator.state import group_learning_rates
+
 
 class AccumulationTrainCell(nn.Cell):
     """Like ``nn.TrainOneStepCell``, but the optimizer runs once per window.
@@ -46,6 +49,8 @@ class AccumulationTrainCell(nn.Cell):
         self.optimizer = accumulator.optimizer
         self.weights = self.optimizer.parameters
         self.accumulator_state = ParameterTuple(accumulator.state_parameters())
+        # An experimental.optim optimizer's learning rates are not its Parameters: make them the cell's, for ModelCheckpoint.
+        self.learning_rates = ParameterTuple(group_learning_rates(self.optimizer))
         # 0 until FlushAtEpochEnd says the epoch's length: no flush in the step.
         self.steps_per_epoch = Parameter(Tensor(0, ms.int32), name="cell.steps_per_epoch", requires_grad=False)
         self.epoch_step = Parameter(Tensor(0, ms.int32), name="cell.epoch_step", requires_grad=False)
@@ -56,7 +61,7 @@ class AccumulationTrainCell(nn.Cell):
         grads = self.grad(self.network, self.weights)(*inputs)
         step = self.epoch_step + 1
         epoch_end = ops.logical_and(self.steps_per_epoch > 0, step >= self.steps_per_epoch)
-        ops.assign(self.epoch_step, ops.select(epoch_end, ops.zeros_like(step), step))
+        ops.assign(self.epoch_step, ops.select(epoch_end, ZERO_INT, step))
         return ops.depend(loss, self.accumulator(grads, flush=epoch_end))
 
 

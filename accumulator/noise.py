@@ -31,6 +31,8 @@ batch buys little.
 import mindspore as ms
 from mindspore import Parameter, Tensor, ops
 
+from accumulator.constants import ONE_FLOAT, ZERO_FLOAT
+
 # About the last twenty windows; both averages use it, so their bias
 # corrections cancel in the ratio.
 NOISE_DECAY = 0.95
@@ -87,10 +89,9 @@ class NoiseTracker:
         ``squared_norm``: |g_i|², or with ``centered`` |g_L - g_w|²;
         ``weight``: 1/b_i, or with ``centered`` 1/b_L - 1/B.
         """
-        zero = ops.zeros((), ms.float32)
         # select, not a product: a dropped micro-batch's NaN norm must not enter.
-        ops.assign_add(self.squares, ops.select(kept, squared_norm, zero))
-        ops.assign_add(self.inverse_sizes, ops.select(kept, ops.ones((), ms.float32) * weight, zero))
+        ops.assign_add(self.squares, ops.select(kept, squared_norm, ZERO_FLOAT))
+        ops.assign_add(self.inverse_sizes, ops.select(kept, ONE_FLOAT * weight, ZERO_FLOAT))
         return ops.assign_add(self.micro_batches, kept.astype(ms.float32))
 
     def count(self, samples):

@@ -1,7 +1,8 @@
 """Save and restore a training run, accumulator included, mid-window and exactly."""
 import numpy as np
 import mindspore as ms
-from mindspore import Tensor, ops
+from mindspore import Parameter, Tensor, ops
+from mindspore.experimental.optim import Optimizer as NewOptimizer
 
 from accumulator.files import write_atomically
 
@@ -10,12 +11,14 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the objects it is being loaded into."""
 
 
-def training_state(network, optimizer, accumulator=None, loss_scaler=None):
+def training_state(network, optimizer, accumulator=None, loss_scaler=None, lr_scheduler=None):
     """Every Parameter a run needs to continue exactly, by checkpoint name.
 
     Holds the network's parameters (trainable or not), the optimizer's state
-    (moments, ``global_step``, learning rate), the accumulator's buffers and
-    counters and the loss scaler's scale.
+    (moments, ``global_step`` or ``state_step``, learning rates: an
+    ``experimental.optim``/``mint.optim`` optimizer's group learning rates
+    too), the accumulator's buffers and counters, the loss scaler's scale
+    and an ``experimental.optim.lr_scheduler``'s position (``last_epoch``).
 
     Example:
         >>> from mindspore import nn
@@ -31,7 +34,7 @@ def training_state(network, optimizer, accumulator=None, loss_scaler=None):
     state = {}
     for param in network.get_parameters():
         state[param.name] = param
-    for param in optimizer.get_parameters():
+    for param in list(optimizer.get_parameters()) + group_learning_rates(optimizer):
         state.setdefault(param.name, param)
     if accumulator is not None:
         for param in accumulator.state_parameters():
@@ -42,16 +45,36 @@ def training_state(network, optimizer, accumulator=None, loss_scaler=None):
         for attribute in ("scale_value", "counter"):
             if hasattr(loss_scaler, attribute):
                 state[f"loss_scaler.{attribute}"] = getattr(loss_scaler, attribute)
+    if lr_scheduler is not None:
+        # The scheduler's own name is its class's ("last_epoch_StepLR"): name it by role.
+        state["lr_scheduler.last_epoch"] = lr_scheduler.last_epoch
     return state
 
 
-def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None, extra=None):
+def group_learning_rates(optimizer):
+    """The group learning rates an ``experimental.optim``/``mint.optim`` optimizer keeps outside its Parameters.
+
+    Empty for an ``nn.Optimizer``, whose ``learning_rate`` is one of its Parameters.
+
+    Example:
+        >>> from mindspore import nn
+        >>> from mindspore.experimental import optim
+        >>> [p.name for p in group_learning_rates(optim.SGD(nn.Dense(3, 1).trainable_params(), lr=0.1))]
+        ['learning_rate_group_0']
+    """
+    if not isinstance(optimizer, NewOptimizer):
+        return []
+    return [lr for lr in optimizer.lrs if isinstance(lr, Parameter)]
+
+
+def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None, extra=None, lr_scheduler=None):
     """Writes the run's state to ``path`` atomically.
 
     The file is written beside ``path`` under a temporary name and renamed
     over it, so a crash mid-write leaves the previous checkpoint intact.
     ``extra`` is a dict of ints, floats or strings stored alongside (an
-    epoch number, say) and returned by ``load_checkpoint``.
+    epoch number, say) and returned by ``load_checkpoint``. Pass the
+    ``lr_scheduler`` you step per update, if any, to save and load its position.
 
     Example:
         >>> import os, tempfile
@@ -64,7 +87,7 @@ def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
         >>> os.listdir(os.path.dirname(path))
         ['last.ckpt']
     """
-    state = training_state(network, optimizer, accumulator, loss_scaler)
+    state = training_state(network, optimizer, accumulator, loss_scaler, lr_scheduler)
     clash = sorted(set(extra or {}) & set(state))
     if clash:
         raise ValueError(f"extra keys {clash} clash with parameter names")
@@ -72,7 +95,7 @@ def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
     write_atomically(path, lambda temporary: ms.save_checkpoint(entries, temporary, append_dict=dict(extra or {})))
 
 
-def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None):
+def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None, lr_scheduler=None):
     """Restores a run saved by ``save_checkpoint`` in place; returns ``extra``.
 
     Every value is checked against its Parameter (presence, shape, dtype,
@@ -96,7 +119,7 @@ def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
         ...
         accumulator.state.CheckpointMismatchError: checkpoint ... does not fit: accumulator.accumulate_step is 4, but this accumulator's accumulate_step gives 2 after 0 updates
     """
-    state = training_state(network, optimizer, accumulator, loss_scaler)
+    state = training_state(network, optimizer, accumulator, loss_scaler, lr_scheduler)
     saved = ms.load_checkpoint(path)
     problems = []
     for name, param in state.items():

@@ -11,6 +11,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
+from accumulator.constants import ZERO_FLOAT, ZERO_INT
 
 
 # Module-level helpers, not lambdas or nested functions in the jitted code:
@@ -64,9 +65,9 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     ``track_noise=True`` samples, so it runs after the loop and its count,
     through ``accumulate(..., last=True)``.
     """
-    loss_sum = ops.zeros((), ms.float32)
-    tally = (ops.zeros((), ms.int32), ops.zeros((), ms.float32))
-    i = ops.zeros((), ms.int32)
+    loss_sum = ZERO_FLOAT
+    tally = (ZERO_INT, ZERO_FLOAT)
+    i = ZERO_INT
     stop = micro_steps - 1 if last else micro_steps
     while i < stop:
         loss, grads = grad_fn(*_micro_batch(inputs, i))
@@ -251,7 +252,7 @@ def make_window_step(grad_fn, accumulator):
             # The common case stays one compiled call, flush included.
             stacked = _variables(ops.stack(column) for column in zip(*micro_batches))
             return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
-        loss_sum = ops.zeros((), ms.float32)
+        loss_sum = ZERO_FLOAT
         for start, stop in runs:
             ends_window = stop == micro_steps
             if stop - start == 1:
