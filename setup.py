@@ -1,29 +1,41 @@
-"""Installs the `accumulator` library with `training`, `data` and `models`; `scripts/` run from the checkout."""
+"""Installs the `accumulator` library only; `training`, `data`, `models`, `benchmarks` and `scripts/` run from the checkout.
+
+The version is read from accumulator/__init__.py, its one source (importing the package would need mindspore).
+"""
+import re
+
 from setuptools import setup
+
+with open("accumulator/__init__.py", encoding="utf-8") as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+# The command-line tools in scripts/ (run from the checkout) need these; the library needs mindspore alone.
+TOOLS = ["download>=0.3.5", "tqdm"]
 
 setup(
     name="mindspore-accumulator",
-    version="0.1.0",
+    version=VERSION,
     description="Gradient accumulation for MindSpore: a large effective batch on a small device, in one graph",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=["accumulator", "training", "data", "models"],
+    packages=["accumulator"],
+    package_data={"accumulator": ["py.typed"]},
     python_requires=">=3.9,<3.12",
     install_requires=[
         "mindspore>=2.3",
         # The mindspore 2.x wheels are built against NumPy 1.x: with NumPy 2,
         # eager Tensor ops fail with "numpy.core.multiarray failed to import".
         "numpy>=1.20,<2",
-        "download>=0.3.5",
-        "tqdm",
+        *TOOLS,
     ],
     extras_require={
-        "test": ["pytest>=7"],
+        # Everything the whole test suite imports: plots are doctests too, the wheel test builds a wheel.
+        "test": ["pytest>=7", "matplotlib", "wheel"],
         "plot": ["matplotlib"],
     },
     classifiers=[
         "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.10",
         "Programming Language :: Python :: 3.11",
+        "Typing :: Typed",
     ],
 )

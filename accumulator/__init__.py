@@ -9,6 +9,8 @@ statistics from the whole window), ``selfcheck`` (does accumulation equal
 the large batch on your net?); ``checks`` and ``files`` are the argument
 checks and the atomic file write the rest of the project shares.
 """
+__version__ = "0.1.0"  # the one source: setup.py reads it from here
+
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
