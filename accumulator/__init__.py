@@ -6,8 +6,10 @@ gradient noise scale), ``state`` (checkpoints), ``cell``
 (``mindspore.train.Model``), ``distributed`` (one AllReduce per window),
 ``window`` (a whole window per compiled call), ``batchnorm`` (moving
 statistics from the whole window), ``selfcheck`` (does accumulation equal
-the large batch on your net?); ``checks`` and ``files`` are the argument
-checks and the atomic file write the rest of the project shares.
+the large batch on your net?), ``whole_batch`` (losses over the whole
+window, such as contrastive ones, made exact); ``checks`` and ``files``
+are the argument checks and the atomic file write the rest of the project
+shares.
 """
 __version__ = "0.1.0"  # the one source: setup.py reads it from here
 
@@ -19,9 +21,10 @@ from accumulator.files import unfinished_writes, write_atomically
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
+from accumulator.whole_batch import AllGatherRepresentations, make_whole_batch_step
 from accumulator.window import make_window_step
 
-__all__ = ["Accumulator", "AccumulationTrainCell", "CheckpointMismatchError", "EquivalenceReport", "FlushAtEpochEnd",
-           "NoiseScaleSchedule", "WindowAllReduce", "as_schedule", "check_equivalence", "convert_batchnorm",
-           "load_checkpoint", "make_window_step", "save_checkpoint", "training_state", "unfinished_writes",
-           "write_atomically"]
+__all__ = ["Accumulator", "AccumulationTrainCell", "AllGatherRepresentations", "CheckpointMismatchError",
+           "EquivalenceReport", "FlushAtEpochEnd", "NoiseScaleSchedule", "WindowAllReduce", "as_schedule",
+           "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
+           "save_checkpoint", "training_state", "unfinished_writes", "write_atomically"]
