@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
-from mindspore import nn, ops
+from mindspore import nn
 from tqdm import tqdm
 
 from accumulator import Accumulator, NoiseScaleSchedule, WindowAllReduce, check_equivalence, make_window_step
@@ -18,7 +18,8 @@ from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoin
 from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
 from training.optimizers import make_optimizer
-from training.records import epoch_line, summarize, summary_line, write_json_log, write_plot
+from training.records import summarize, write_json_log, write_plot
+from training.task import count_rows
 
 # Evaluation holds no gradients, so it can take much larger batches than training.
 EVAL_BATCH_SIZE = 1000
@@ -28,8 +29,9 @@ EVAL_BATCH_SIZE = 1000
 class Run:
     """Everything one training run holds: the objects and their (compiled) steps.
 
-    ``train_step(inputs, labels) -> summed loss`` adds one micro-batch to
-    the accumulator (which updates the weights when its window is full);
+    ``train_step(inputs, labels, count) -> summed loss`` adds one micro-batch
+    and its count (a float32 Tensor, ``Task.count``) to the accumulator
+    (which updates the weights when its window is full);
     ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
     counts) -> (summed loss, updated)`` is set when the config asks for it;
@@ -65,10 +67,10 @@ def build_run(config, task):
     """Network, optimizer, accumulator and their steps, jitted in graph mode.
 
     Weights start from ``config.seed``. The train step takes the gradient
-    of the micro-batch's *summed* loss and passes its sample count, so the
-    accumulator divides the window's sum by the samples it really held: a
-    short last micro-batch weighs what its samples weigh, exactly as in one
-    large batch. Under ``distributed`` the window's sums and counts are
+    of the micro-batch's *summed* loss and passes its count (``Task.count``:
+    samples, or a language model's tokens), so the accumulator divides the
+    window's sum by what it really held: a short last micro-batch weighs
+    what its samples weigh, exactly as in one large batch. Under ``distributed`` the window's sums and counts are
     added across ranks once per window.
 
     Example:
@@ -76,12 +78,13 @@ def build_run(config, task):
         >>> from training.task import toy_task
         >>> run = build_run(TrainConfig(mode="pynative", accumulate_step=2), toy_task())
         >>> images, labels = next(iter(toy_task().test_batches(4)))
-        >>> float(run.train_step(images, labels)) > 0, int(run.accumulator.micro_step)
+        >>> float(run.train_step(images, labels, ms.Tensor(4.0))) > 0, int(run.accumulator.micro_step)
         (True, 1)
     """
     ms.set_seed(config.seed)
     net = task.make_net()
-    optimizer = make_optimizer(config.optimizer, net.trainable_params(), config.lr)
+    lr = config.lr if task.learning_rate is None else task.learning_rate(config)
+    optimizer = make_optimizer(config.optimizer, net.trainable_params(), lr)
     accumulate_step = config.accumulate_step
     if accumulate_step == AUTO:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks)
@@ -94,9 +97,9 @@ def build_run(config, task):
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 
-    def train_step(inputs, labels):
+    def train_step(inputs, labels, count):
         loss_sum, grads = grad_fn(inputs, labels)
-        accumulator(grads, ms.Tensor(labels.shape[0], ms.float32))
+        accumulator(grads, count)
         return loss_sum
 
     def flush():
@@ -105,8 +108,7 @@ def build_run(config, task):
     # No net.set_train(False): the networks trained here have neither dropout nor batch norm.
     def eval_step(inputs, labels):
         logits = net(inputs)
-        correct = (ops.argmax(logits, -1) == labels).astype(ms.int32).sum()
-        return loss_fn(logits, labels), correct
+        return loss_fn(logits, labels), task.correct(logits, labels)
 
     compile_ = ms.jit if config.mode == "graph" else _eager
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
@@ -126,8 +128,11 @@ def _op_by_op():
         ms.set_context(mode=mode)
 
 
-def train_on_windows(run, windows, batch_size, accumulate_step):
-    """Trains windows of micro-batches, yielding each window's (summed loss, samples); flushes at the end.
+def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows):
+    """Trains windows of micro-batches, yielding each window's (summed loss, counted, samples); flushes at the end.
+
+    ``count`` is ``Task.count``: each micro-batch's count goes to the
+    accumulator with its gradient and into ``counted``; ``samples`` are rows.
 
     Whole windows (``accumulate_step`` micro-batches of ``batch_size``) go
     through the compiled steps: the window step when the run has one, with
@@ -146,25 +151,27 @@ def train_on_windows(run, windows, batch_size, accumulate_step):
         >>> run = build_run(TrainConfig(mode="pynative", batch_size=3, accumulate_step=2), toy_task())
         >>> windows = toy_task().train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
         ...                                    num_shards=None, shard_id=None)  # [3, 3], [2]
-        >>> [samples for _, samples in train_on_windows(run, windows, 3, 2)], int(run.accumulator.update_count)
+        >>> [samples for _, _, samples in train_on_windows(run, windows, 3, 2)], int(run.accumulator.update_count)
         ([6, 2], 2)
     """
     for window in windows:
-        counts = [labels.shape[0] for _, labels in window]
-        whole = len(window) == accumulate_step and all(count == batch_size for count in counts)
+        rows = [labels.shape[0] for _, labels in window]
+        counts = [count(labels) for _, labels in window]
+        whole = len(window) == accumulate_step and all(size == batch_size for size in rows)
         if run.window_step is not None and whole:
             stacked = getattr(window, "stacked", None)
             loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
-            yield float(loss_sum.asnumpy()), sum(counts)
+            yield float(loss_sum.asnumpy()), sum(counts), sum(rows)
             continue
         losses = []
-        for inputs, labels in window:
+        for (inputs, labels), micro_count in zip(window, counts):
+            micro_count = ms.Tensor(micro_count, ms.float32)
             if run.window_step is None and labels.shape[0] == batch_size:
-                losses.append(run.train_step(inputs, labels))
+                losses.append(run.train_step(inputs, labels, micro_count))
             else:
                 with _op_by_op():
-                    losses.append(run.eager_step(inputs, labels))
-        yield sum(float(loss.asnumpy()) for loss in losses), sum(counts)
+                    losses.append(run.eager_step(inputs, labels, micro_count))
+        yield sum(float(loss.asnumpy()) for loss in losses), sum(counts), sum(rows)
     # Only a partial last window needs the flush: an empty one would not change a thing.
     # Ranks hold equally many micro-batches: all agree.
     if int(run.accumulator.micro_step):
@@ -178,8 +185,9 @@ def train_epoch(run, task, config, epoch, progress=True):
     The samples are visited in the order seeded by ``config.seed + epoch``
     (which does not depend on the batch size), so a resumed run sees the
     same data as an uninterrupted one. Under ``distributed`` each rank
-    reads its own shard. Returns ``{"train_loss" (mean per sample),
-    "samples" (over all ranks), "seconds"}``.
+    reads its own shard. Returns ``{"train_loss" (mean per ``Task.count``),
+    "samples" (over all ranks), "counted" (this rank's ``Task.count`` total
+    times the ranks), "seconds"}``.
 
     Example:
         >>> from training.config import TrainConfig
@@ -192,17 +200,20 @@ def train_epoch(run, task, config, epoch, progress=True):
     windows = _epoch_windows(config, task, epoch)
     n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
-    loss_sum, samples = 0.0, 0
+    loss_sum, counted, samples = 0.0, 0, 0
     started = time.perf_counter()
     with tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample", unit_scale=True,
               leave=False, disable=not progress, dynamic_ncols=True) as bar:
-        for window_loss, window_samples in train_on_windows(run, windows, config.batch_size, config.first_step):
+        for window_loss, window_counted, window_samples in train_on_windows(run, windows, config.batch_size,
+                                                                            config.first_step, task.count):
             loss_sum += window_loss
+            counted += window_counted
             samples += window_samples
-            bar.set_postfix(loss=f"{loss_sum / samples:.4f}", refresh=False)
+            bar.set_postfix(loss=f"{loss_sum / counted:.4f}", refresh=False)
             bar.update(window_samples)
     seconds = time.perf_counter() - started
-    return {"train_loss": loss_sum / max(samples, 1), "samples": samples * config.ranks, "seconds": seconds}
+    return {"train_loss": loss_sum / max(counted, 1), "samples": samples * config.ranks,
+            "counted": counted * config.ranks, "seconds": seconds}
 
 
 def _epoch_windows(config, task, epoch):
@@ -224,13 +235,13 @@ def check(run, task, config):
         True
     """
     window = next(iter(_epoch_windows(config, task, 1)))
-    counts = [labels.shape[0] for _, labels in window]
+    counts = [task.count(labels) for _, labels in window]
     return check_equivalence(run.grad_fn, [tuple(batch) for batch in window], run.accumulator, counts=counts,
                              network=run.net)
 
 
 def evaluate(run, task):
-    """Test accuracy (argmax of the logits against the label) and mean loss per sample.
+    """Test accuracy (``Task.correct``, argmax against the label by default) and mean loss, per ``Task.count``.
 
     Example:
         >>> from training.config import TrainConfig
@@ -239,13 +250,13 @@ def evaluate(run, task):
         >>> sorted(result), 0 <= result["test_accuracy"] <= 1
         (['test_accuracy', 'test_loss'], True)
     """
-    loss_sum, correct, samples = 0.0, 0, 0
+    loss_sum, correct, counted = 0.0, 0, 0
     for inputs, labels in task.test_batches(EVAL_BATCH_SIZE):
         batch_loss, batch_correct = run.eval_step(inputs, labels)
         loss_sum += float(batch_loss.asnumpy())
-        correct += int(batch_correct.asnumpy())
-        samples += labels.shape[0]
-    return {"test_accuracy": correct / samples, "test_loss": loss_sum / samples}
+        correct += batch_correct.asnumpy().item()
+        counted += task.count(labels)
+    return {"test_accuracy": correct / counted, "test_loss": loss_sum / counted}
 
 
 def _samples_per_rank(config, task):
@@ -314,12 +325,15 @@ def train(config, task, progress=True):
         record.update(evaluate(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
+        record["updates"] = int(run.accumulator.update_count)
         if config.tracks_noise:
             record["noise_scale"] = run.accumulator.noise_scale
             record["accumulate_step"] = int(run.accumulator.accumulate_step)
             record["effective_batch_size"] = config.batch_size * record["accumulate_step"] * config.ranks
+        if task.measure is not None:
+            record.update(task.measure(record, history))
         history.append(record)
-        say(epoch_line(record, config.epochs))
+        say(task.epoch_line(record, config.epochs))
         if config.ckpt_dir and config.main_rank:
             save_epoch_checkpoint(run, config, epoch, history)
         if config.log_json and config.main_rank:
@@ -331,5 +345,5 @@ def train(config, task, progress=True):
     summary = summarize(config, history, int(run.accumulator.update_count), int(run.accumulator.skipped_windows))
     if config.log_json and config.main_rank:
         write_json_log(config.log_json, config, history, summary)
-    say(summary_line(summary, config))
+    say(task.summary_line(summary, config))
     return summary, run

@@ -6,11 +6,33 @@ network, its loss, how one epoch is read). ``training.mnist.mnist_task``
 is the MNIST one; any classifier with integer labels fits.
 """
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
+from mindspore import nn, ops
+
+from training.records import epoch_line, summary_line
+
+
+def count_rows(labels):
+    """The default ``Task.count``: a micro-batch weighs as many samples as it has rows.
+
+    Example:
+        >>> count_rows(ms.Tensor(np.zeros(5, np.int32)))
+        5
+    """
+    return labels.shape[0]
+
+
+def count_correct(logits, labels):
+    """The default ``Task.correct``: how many rows' largest logit is at their label (an int32 Tensor).
+
+    Example:
+        >>> int(count_correct(ms.Tensor([[0.0, 1.0], [1.0, 0.0]]), ms.Tensor([1, 1], ms.int32)))
+        1
+    """
+    return (ops.argmax(logits, -1) == labels).astype(ms.int32).sum()
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,21 @@ class Task:
             takes as it is (``data.mnist.Window``).
         test_batches: ``(batch_size)`` -> one pass over the test split as
             ``(inputs, labels)`` Tensor pairs.
+        count: ``(labels) -> number``, on the host: what a micro-batch's
+            summed loss is divided by: its weight in the window, and the
+            unit of the reported loss and of ``"counted"`` in the records;
+            ``count_rows`` by default, a language model's non-PAD targets.
+        correct: ``(logits, labels) -> int Tensor``, compiled into the
+            evaluation step: the correct predictions among what ``count``
+            counts (``count_correct`` by default).
+        learning_rate: ``(config) -> lr`` for the optimizer, a number or an
+            ``nn.LearningRateSchedule`` (it advances once per update: the
+            accumulator calls the optimizer once a window); ``config.lr`` by default.
+        measure: ``(record, history) -> dict`` of values derived from an
+            epoch's record (``history`` holds the epochs before it), added
+            to the record; None adds nothing.
+        epoch_line, summary_line: the lines a run prints after an epoch and
+            at its end (``training.records``' by default).
 
     Example:
         >>> x = ms.Tensor(np.eye(2, 3, dtype=np.float32))
@@ -53,6 +90,12 @@ class Task:
     make_loss: Callable
     train_windows: Callable[..., Iterable[list]]
     test_batches: Callable[[int], Iterable[tuple]]
+    count: Callable = count_rows
+    correct: Callable = count_correct
+    learning_rate: Optional[Callable] = None
+    measure: Optional[Callable] = None
+    epoch_line: Callable = epoch_line
+    summary_line: Callable = summary_line
 
 
 def toy_task(samples=8):
