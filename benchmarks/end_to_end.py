@@ -117,7 +117,7 @@ def _ceiling_epoch(run, windows, batch_size, accumulate_step):
     """
     import mindspore as ms
     from training.loop import train_on_windows
-    samples = sum(samples for _, samples in train_on_windows(run, windows, batch_size, accumulate_step))
+    samples = sum(samples for _, _, samples in train_on_windows(run, windows, batch_size, accumulate_step))
     ms.runtime.synchronize()
     return samples
 
