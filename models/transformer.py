@@ -126,6 +126,22 @@ class CausalLM(nn.Cell):
         return mint.matmul(self.norm(x), table.astype(x.dtype).T).astype(ms.float32)
 
 
+def token_loss(logits, targets, pad_id=0):
+    """``(loss_sum, token_count)`` from logits ``[B, T, V]``: what ``TokenLoss`` returns, for a loop that has the logits.
+
+    Example:
+        >>> import numpy as np
+        >>> logits = ms.Tensor(np.zeros((1, 3, 4), np.float32))
+        >>> loss_sum, count = token_loss(logits, ms.Tensor([[1, 2, 0]], ms.int32))
+        >>> round(float(loss_sum), 4), float(count)   # two targets at log(4) each
+        (2.7726, 2.0)
+    """
+    log_probs = ops.log_softmax(logits, -1)
+    picked = ops.gather_elements(log_probs, 2, targets.expand_dims(-1)).squeeze(-1)
+    mask = (targets != pad_id).astype(ms.float32)
+    return -(picked * mask).sum(), mask.sum()
+
+
 class TokenLoss(nn.Cell):
     """``(loss_sum, token_count)``: summed cross-entropy over non-PAD targets and their float32 count.
 
@@ -156,7 +172,4 @@ class TokenLoss(nn.Cell):
         self.pad_id = net.pad_id
 
     def construct(self, inputs, targets):
-        log_probs = ops.log_softmax(self.net(inputs), -1)
-        picked = ops.gather_elements(log_probs, 2, targets.expand_dims(-1)).squeeze(-1)
-        mask = (targets != self.pad_id).astype(ms.float32)
-        return -(picked * mask).sum(), mask.sum()
+        return token_loss(self.net(inputs), targets, self.pad_id)
