@@ -6,7 +6,8 @@ suite; the global execution mode is put back after each page). Each block
 is compiled from a file that holds it at its own line numbers, so a
 traceback's line is the page's line, and ``ms.jit`` can read the source.
 
-```bash blocks are not run: each ``scripts/X.py ...`` command in them must
+Relative links must name a file that exists, and a heading of it when they
+carry an anchor. ```bash blocks are not run: each ``scripts/X.py ...`` command in them must
 parse with that script's own argument parser (no doc names a flag that does
 not exist), and each ``pip install`` of the project must name extras that
 setup.py defines.
@@ -92,6 +93,28 @@ def check_pip_install(argv, where):
             assert not unknown, f"{where}: setup.py defines no extra {sorted(unknown)} (it has {sorted(setup_extras())})"
 
 
+def heading_anchors(page):
+    """GitHub's anchors for the page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+
+
+def broken_links(page):
+    """Relative links of the page whose file, or heading anchor, does not exist."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked)):
+            broken.append(target)
+    return broken
+
+
 def check_shell_block(page, start, lines):
     for command in shell_commands(lines):
         where = f"{page.name}:{start}"
@@ -118,6 +141,7 @@ def page_context(tmp_path, monkeypatch):
 @pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
 def test_page(page, page_context, monkeypatch):
     """Runs the page's python blocks in order in one namespace; checks its shell blocks' commands."""
+    assert not broken_links(page), f"{page.name}: links to nothing: {broken_links(page)}"
     blocks = code_blocks(page)
     python = [(start, lines) for language, start, lines in blocks if language == "python"]
     # One file with every python block at its own line numbers: tracebacks name the page's lines.
