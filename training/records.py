@@ -28,10 +28,20 @@ def epoch_line(record, epochs):
     line = (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
             f"test accuracy {record['test_accuracy']:.2%}, test loss {record['test_loss']:.4f}, "
             f"{record['samples_per_second']:,.0f} samples/s, {record['seconds']:.1f} s")
-    if "noise_scale" in record:
-        noise = "not yet measured" if record["noise_scale"] is None else f"{record['noise_scale']:,.0f}"
-        line += f"; noise scale {noise}, N {record['accumulate_step']}"
-    return line
+    return line + noise_suffix(record)
+
+
+def noise_suffix(record):
+    """What an epoch line ends with when the run tracks the gradient noise scale; empty otherwise.
+
+    Example:
+        >>> noise_suffix({"noise_scale": None, "accumulate_step": 2}), noise_suffix({})
+        ('; noise scale not yet measured, N 2', '')
+    """
+    if "noise_scale" not in record:
+        return ""
+    noise = "not yet measured" if record["noise_scale"] is None else f"{record['noise_scale']:,.0f}"
+    return f"; noise scale {noise}, N {record['accumulate_step']}"
 
 
 def summarize(config, history, updates, skipped_windows):

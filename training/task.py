@@ -65,7 +65,7 @@ class Task:
             evaluation step: the correct predictions among what ``count``
             counts (``count_correct`` by default).
         learning_rate: ``(config) -> lr`` for the optimizer, a number or an
-            ``nn.LearningRateSchedule`` (it advances once per update: the
+            ``mindspore.nn.learning_rate_schedule.LearningRateSchedule`` (it advances once per update: the
             accumulator calls the optimizer once a window); ``config.lr`` by default.
         measure: ``(record, history) -> dict`` of values derived from an
             epoch's record (``history`` holds the epochs before it), added

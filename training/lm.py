@@ -1,0 +1,372 @@
+"""A causal language model on byte text as a ``training.task.Task``, where its text comes from, and a sample of it.
+
+Everything particular to language modelling that the training loop needs is
+wired here from ``data.text`` (the corpus and its samples), ``data.tokens``
+(padding and token counts) and ``models.transformer`` (the network and its
+loss): each micro-batch weighs its non-PAD targets (``Task.count``), so a
+window's update is the large batch's mean over tokens, however the lengths fall.
+"""
+import functools
+import math
+import os
+import tempfile
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
+
+import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch it
+from accumulator import write_atomically
+from data.mnist import Window, reading_order
+from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, decode, encode, ensure_corpus, split_corpus,
+                       split_samples, synthetic_text)
+from data.tokens import PAD, pad_batch, padded_length, token_count
+from models.transformer import CausalLM, token_loss
+from training.errors import TrainingError
+from training.records import noise_suffix
+from training.task import Task
+
+# Summed token loss over the window's tokens (exact), or each micro-batch's mean averaged (the naive way).
+LOSSES = ("token-sum", "micro-batch-mean")
+# Samples end at a paragraph or line end, at most this many tokens: the model's max_length.
+MAX_LENGTH = 128
+# Padded lengths are multiples of this: an epoch compiles at most MAX_LENGTH / PAD_MULTIPLE shapes per step.
+PAD_MULTIPLE = 32
+# Validation batches are all [EVAL_ROWS, max_length] (the last filled with PAD rows): one compiled shape.
+EVAL_ROWS = 256
+SYNTHETIC_BYTES = 60_000
+SYNTHETIC_DATA_SEED = 0
+SYNTHETIC_MARKER = "SYNTHETIC_NOT_SHAKESPEARE.txt"
+# Updates of linear warm-up before the cosine decay, as a fraction of the run's updates.
+WARMUP_FRACTION = 0.05
+PROMPT = "KING"
+SAMPLE_TOKENS = 120
+SAMPLE_TEMPERATURE = 0.8
+
+
+class TokenLossCell(nn.Cell):
+    """The loss ``Task.make_loss`` builds: ``loss(logits, targets)`` summed over non-PAD targets, or their mean.
+
+    Example:
+        >>> logits = ms.Tensor(np.zeros((1, 3, 4), np.float32))
+        >>> targets = ms.Tensor([[1, 2, 0]], ms.int32)
+        >>> round(float(TokenLossCell()(logits, targets)), 4), round(float(TokenLossCell(mean=True)(logits, targets)), 4)
+        (2.7726, 1.3863)
+    """
+
+    def __init__(self, mean=False):
+        super().__init__()
+        self.mean = mean
+
+    def construct(self, logits, targets):
+        loss_sum, count = token_loss(logits, targets, PAD)
+        return loss_sum / count if self.mean else loss_sum
+
+
+def correct_tokens(logits, targets):
+    """Non-PAD targets whose largest logit is the target: ``Task.correct`` of the summed token loss.
+
+    Example:
+        >>> logits = ms.Tensor(np.eye(3, dtype=np.float32)[None])  # predicts 0, 1, 2
+        >>> int(correct_tokens(logits, ms.Tensor([[0, 1, 1]], ms.int32)))   # the PAD target does not count
+        1
+    """
+    hits = ops.logical_and(ops.argmax(logits, -1) == targets, targets != PAD)
+    return hits.astype(ms.int32).sum()
+
+
+def correct_fraction(logits, targets):
+    """``correct_tokens`` over the batch's tokens: ``Task.correct`` when each micro-batch counts 1.
+
+    Example:
+        >>> logits = ms.Tensor(np.eye(3, dtype=np.float32)[None])
+        >>> float(correct_fraction(logits, ms.Tensor([[0, 1, 1]], ms.int32)))
+        0.5
+    """
+    return correct_tokens(logits, targets).astype(ms.float32) / (targets != PAD).astype(ms.float32).sum()
+
+
+def count_tokens(labels):
+    """The non-PAD targets of a micro-batch (``Task.count`` of the summed token loss).
+
+    Example:
+        >>> count_tokens(ms.Tensor([[5, 6, 0]], ms.int32))
+        2
+    """
+    return token_count(labels.asnumpy())
+
+
+def count_one(labels):
+    """1 for every micro-batch: its mean loss weighs as much as any other's (``--loss micro-batch-mean``).
+
+    Example:
+        >>> count_one(ms.Tensor([[5, 6, 0]], ms.int32))
+        1
+    """
+    return 1
+
+
+class WarmupCosine(LearningRateSchedule):
+    """Linear warm-up over ``warmup`` updates to ``lr``, then a cosine decay to a tenth of it at ``total``.
+
+    The optimizer evaluates it at its ``global_step``, which the
+    accumulator advances once per applied window: the schedule follows
+    updates, not micro-batches, and a checkpoint holds where it is.
+
+    Example:
+        >>> schedule = WarmupCosine(1.0, warmup=2, total=10)
+        >>> [round(float(schedule(ms.Tensor(step, ms.int32))), 3) for step in (0, 1, 2, 10)]
+        [0.5, 1.0, 1.0, 0.1]
+    """
+
+    def __init__(self, lr, warmup, total):
+        super().__init__()
+        self.lr = float(lr)
+        self.warmup = float(max(warmup, 1))
+        self.decay = float(max(total - warmup, 1))
+
+    def construct(self, global_step):
+        step = global_step.astype(ms.float32)
+        progress = ops.clip_by_value((step - self.warmup) / self.decay, 0.0, 1.0)
+        decayed = 0.1 + 0.45 * (1.0 + ops.cos(progress * math.pi))
+        return self.lr * ops.minimum((step + 1.0) / self.warmup, decayed)
+
+
+def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
+    """One epoch of ``samples`` as windows: every micro-batch of a window padded to the window's longest.
+
+    The samples are read in ``data.mnist.reading_order`` (seeded, sharded,
+    dropping a short last batch on request); padded lengths are multiples of
+    ``PAD_MULTIPLE``, so whole windows take one of a few shapes. Each
+    :class:`~data.mnist.Window` holds ``(inputs, targets)`` Tensor pairs,
+    and ``stacked`` when its micro-batches have as many rows.
+
+    Example:
+        >>> samples = [encode("to be or not"), encode("to be"), encode("that is")]
+        >>> windows = lm_windows(samples, 2, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                      num_shards=None, shard_id=None)
+        >>> [[tuple(targets.shape) for _, targets in window] for window in windows]
+        [[(2, 32), (1, 32)]]
+    """
+    order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+    span = batch_size * accumulate_step
+    for start in range(0, len(order), span):
+        chunk = [samples[i] for i in order[start:start + span]]
+        longest = max(len(sample) for sample in chunk) - 1
+        pairs = [pad_batch(chunk[i:i + batch_size], PAD_MULTIPLE, length=longest)
+                 for i in range(0, len(chunk), batch_size)]
+        stacked = None
+        if len({inputs.shape for inputs, _ in pairs}) == 1:
+            stacked = tuple(ms.Tensor(np.stack(arrays)) for arrays in zip(*pairs))
+        yield Window([(ms.Tensor(inputs), ms.Tensor(targets)) for inputs, targets in pairs], stacked)
+
+
+def lm_batches(samples, batch_size, length):
+    """The validation pass: batches of ``min(batch_size, EVAL_ROWS)`` rows, all padded to ``[rows, length]``.
+
+    The last batch is filled with all-PAD rows, which hold no targets: every
+    batch has one shape, so evaluation compiles once.
+
+    Example:
+        >>> batches = list(lm_batches([encode("to be")] * 3, 2, length=8))
+        >>> [(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in batches]
+        [((2, 8), 8), ((2, 8), 4)]
+    """
+    rows = min(batch_size, EVAL_ROWS)
+    for start in range(0, len(samples), rows):
+        inputs, targets = pad_batch(samples[start:start + rows], multiple=length)
+        filler = ((0, rows - len(inputs)), (0, 0))
+        yield ms.Tensor(np.pad(inputs, filler)), ms.Tensor(np.pad(targets, filler))
+
+
+def _targets(samples):
+    return sum(len(sample) - 1 for sample in samples)
+
+
+def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_length=MAX_LENGTH):
+    """The byte-level language model on the corpus at ``corpus_path``, as a ``Task``.
+
+    The text is split into samples of at most ``max_length`` tokens
+    (``data.text.split_samples``), the last tenth held out for validation.
+    The network is ``models.transformer.CausalLM(257, width, depth, heads)``
+    with positions for ``max_length`` rounded up to ``PAD_MULTIPLE``. ``loss="token-sum"`` sums the token loss and counts
+    tokens, so windows equal the large batch; ``"micro-batch-mean"`` takes
+    each micro-batch's mean and counts each micro-batch once, the mean of
+    means a naive loop computes (its reported losses are means of means too).
+    The learning rate warms up and decays per update (``WarmupCosine``).
+
+    Example:
+        >>> _ = open("input.txt", "w").write(synthetic_text(3000))
+        >>> task = lm_task("input.txt", width=32, depth=1)
+        >>> task.description
+        'text from input.txt: 37 train / 4 validation samples (2,670 / 327 tokens, up to 128 each)'
+    """
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    with open(corpus_path, "rb") as f:
+        train, validation = split_corpus(split_samples(encode(f.read()), max_length))
+    label = "synthetic text" if is_synthetic(os.path.dirname(corpus_path) or ".") else "text"
+    mean = loss == "micro-batch-mean"
+    epoch_tokens = _targets(train)
+    positions = padded_length(max_length, PAD_MULTIPLE)  # the longest padded batch
+
+    def learning_rate(config):
+        per_rank = -(-len(train) // config.ranks)
+        total = config.epochs * -(-per_rank // (config.batch_size * config.first_step))
+        return WarmupCosine(config.lr, round(total * WARMUP_FRACTION), total)
+
+    def measure(record, history):
+        updates = record["updates"] - (history[-1]["updates"] if history else 0)
+        return {"perplexity": math.exp(min(record["test_loss"], 50.0)),
+                "tokens_per_second": epoch_tokens / record["seconds"],
+                "tokens_per_update": epoch_tokens / max(updates, 1)}
+
+    return Task(
+        description=f"{label} from {corpus_path}: {len(train)} train / {len(validation)} validation samples "
+                    f"({epoch_tokens:,} / {_targets(validation):,} tokens, up to {max_length} each)",
+        train_samples=len(train),
+        make_net=functools.partial(CausalLM, VOCAB_SIZE, width, depth, heads, positions),
+        make_loss=functools.partial(TokenLossCell, mean),
+        train_windows=functools.partial(lm_windows, train),
+        test_batches=functools.partial(lm_batches, validation, length=positions),
+        count=count_one if mean else count_tokens,
+        correct=correct_fraction if mean else correct_tokens,
+        learning_rate=learning_rate,
+        measure=measure,
+        epoch_line=lm_epoch_line,
+        summary_line=functools.partial(lm_summary_line, epoch_tokens=epoch_tokens),
+    )
+
+
+def lm_epoch_line(record, epochs):
+    """The line printed after an epoch of the language model.
+
+    Example:
+        >>> print(lm_epoch_line({"epoch": 1, "train_loss": 2.5, "test_loss": 2.0, "perplexity": 7.39,
+        ...                      "test_accuracy": 0.4, "tokens_per_second": 9000.0, "tokens_per_update": 2100.0,
+        ...                      "seconds": 30.0}, 2))
+        epoch 1/2: train loss 2.5000, validation loss 2.0000 (perplexity 7.39), next-token accuracy 40.0%, 9,000 tokens/s, 2,100 tokens per update, 30.0 s
+    """
+    return (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, validation loss "
+            f"{record['test_loss']:.4f} (perplexity {record['perplexity']:.2f}), next-token accuracy "
+            f"{record['test_accuracy']:.1%}, {record['tokens_per_second']:,.0f} tokens/s, "
+            f"{record['tokens_per_update']:,.0f} tokens per update, {record['seconds']:.1f} s" + noise_suffix(record))
+
+
+def lm_summary_line(summary, config, epoch_tokens):
+    """The last line a language-model run prints; ``epoch_tokens`` are the training tokens of one epoch.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> print(lm_summary_line({"final_test_loss": 2.0, "epochs": 2, "train_seconds": 40.0, "updates": 20},
+        ...                       TrainConfig(batch_size=8, accumulate_step=4), epoch_tokens=90000))
+        final validation loss 2.0000 (perplexity 7.39); 4,500 tokens/s; effective batch 8 x 4 = effective 32 sequences, 9,000 tokens per update on average; 20 updates
+    """
+    tokens = summary["epochs"] * epoch_tokens
+    return (f"final validation loss {summary['final_test_loss']:.4f} (perplexity "
+            f"{math.exp(min(summary['final_test_loss'], 50.0)):.2f}); "
+            f"{tokens / summary['train_seconds']:,.0f} tokens/s; effective batch {config.batch_description()} "
+            f"sequences, {tokens / max(summary['updates'], 1):,.0f} tokens per update on average; "
+            f"{summary['updates']} updates")
+
+
+def generate(net, prompt=PROMPT, tokens=SAMPLE_TOKENS, temperature=SAMPLE_TEMPERATURE, seed=0):
+    """``prompt`` continued by ``net`` for up to ``tokens`` bytes: sampled at ``temperature``, greedy at 0.
+
+    Every step feeds one ``[1, max_length]`` batch (the text so far, then
+    PAD, which attention ignores), so the whole sample compiles once. The
+    continuation stops at ``max_length``. The same ``seed`` draws the same text.
+
+    Example:
+        >>> ms.set_seed(0)
+        >>> net = CausalLM(VOCAB_SIZE, width=32, depth=1, max_length=16)
+        >>> text = generate(net, "to", tokens=5)
+        >>> text.startswith("to"), len(text) <= 7   # an untrained net's bytes may not be UTF-8: fewer characters
+        (True, True)
+    """
+    max_length = net.position.embedding_table.shape[0]
+    rng = np.random.default_rng(seed)
+    context = list(encode(prompt))
+    batch = np.full((1, max_length), PAD, np.int32)
+    while len(context) < min(len(encode(prompt)) + tokens, max_length + 1):
+        batch[0, :len(context)] = context
+        logits = net(ms.Tensor(batch))[0, len(context) - 1].asnumpy().astype(np.float64)
+        logits[PAD] = -np.inf
+        if temperature == 0:
+            context.append(int(np.argmax(logits)))
+        else:
+            probabilities = np.exp((logits - logits.max()) / temperature)
+            context.append(int(rng.choice(len(logits), p=probabilities / probabilities.sum())))
+        if len(context) > max_length:
+            break
+    return decode(context)
+
+
+def is_synthetic(data_dir):
+    """True if ``data_dir`` holds the text written by ``--synthetic`` (it has ``SYNTHETIC_MARKER``).
+
+    Example:
+        >>> is_synthetic(DEFAULT_TEXT_DIR)
+        False
+    """
+    return os.path.isfile(os.path.join(data_dir, SYNTHETIC_MARKER))
+
+
+def _write_marker(folder):
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("This folder holds a synthetic text written by scripts/train_lm.py --synthetic "
+                    f"(seed {SYNTHETIC_DATA_SEED}); it is not Tiny Shakespeare. Runs without --synthetic refuse it.\n")
+
+    write_atomically(os.path.join(folder, SYNTHETIC_MARKER), write)
+
+
+def _synthetic(folder):
+    refusal = f"--synthetic will not write into --data-dir {folder}"
+    if os.path.realpath(folder) == os.path.realpath(DEFAULT_TEXT_DIR):
+        raise TrainingError(f"{refusal}: Tiny Shakespeare is downloaded there; choose another folder, or leave "
+                            "out --data-dir for a temporary one")
+    path = os.path.join(folder, CORPUS_FILE)
+    if not is_synthetic(folder):
+        if os.path.exists(path):
+            raise TrainingError(f"{refusal}: it holds {path}, which --synthetic did not write; choose another folder")
+        _write_marker(folder)
+    text = synthetic_text(SYNTHETIC_BYTES, SYNTHETIC_DATA_SEED)
+    with open(path, "a+", encoding="utf-8") as f:
+        f.seek(0)
+        written = f.read() == text  # by an earlier synthetic run: the same seed wrote the same text
+    if not written:
+        write_atomically(path, lambda temporary: open(temporary, "w", encoding="utf-8").write(text))
+    return path
+
+
+def prepare_text(data_dir, synthetic, url, stack):
+    """The corpus file to train on: found, downloaded, or written.
+
+    Tiny Shakespeare (``synthetic`` False) is used from ``data_dir``
+    (default ``DEFAULT_TEXT_DIR``) or downloaded from ``url`` (default
+    ``data.text.TINY_SHAKESPEARE_URL``), unless ``data_dir`` holds the
+    synthetic text. The synthetic text (``SYNTHETIC_BYTES``) is written into
+    ``data_dir``, marked with ``SYNTHETIC_MARKER``, or into a temporary
+    folder that ``stack`` (a ``contextlib.ExitStack``) removes; never into
+    ``DEFAULT_TEXT_DIR`` nor over a corpus it did not write. Raises
+    ``data.text.TextUnavailableError`` or ``TrainingError`` with a message
+    meant for the user.
+
+    Example:
+        >>> import contextlib
+        >>> with contextlib.ExitStack() as stack:
+        ...     path = prepare_text(None, synthetic=True, url=None, stack=stack)
+        ...     sorted(os.listdir(os.path.dirname(path)))
+        ['SYNTHETIC_NOT_SHAKESPEARE.txt', 'input.txt']
+        >>> os.path.exists(path)
+        False
+    """
+    if synthetic:
+        return _synthetic(data_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="text_synthetic_")))
+    folder = data_dir or DEFAULT_TEXT_DIR
+    if is_synthetic(folder):
+        raise TrainingError(f"{folder} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
+                            f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
+    return ensure_corpus(folder, url or data.text.TINY_SHAKESPEARE_URL)
