@@ -14,7 +14,6 @@ setup.py defines.
 """
 import ast
 import importlib
-import os
 import re
 import shlex
 import sys
@@ -50,19 +49,22 @@ def code_blocks(page):
 
 
 def shell_commands(lines):
-    """The block's commands as token lists: continuation lines joined, comments and prompts dropped."""
-    text = "\n".join(lines).replace("\\\n", " ")
-    for line in text.splitlines():
-        line = re.sub(r"^\s*\$\s+", "", line)
-        tokens = shlex.split(line, comments=True)
+    """The block's commands as ``(line index, tokens)``: continuation lines joined, comments and prompts dropped."""
+    first, text = 0, ""
+    for index, line in enumerate(lines):
+        first, text = (first, text + " " + line) if text else (index, line)
+        if text.endswith("\\"):
+            text = text[:-1]
+            continue
         command = []
-        for token in tokens + [";"]:
+        for token in shlex.split(re.sub(r"^\s*\$\s+", "", text), comments=True) + [";"]:
             if token in SHELL_OPERATORS:
                 if command:
-                    yield command
+                    yield first, command
                 command = []
             else:
                 command.append(token)
+        text = ""
 
 
 def setup_extras():
@@ -93,19 +95,21 @@ def check_pip_install(argv, where):
             assert not unknown, f"{where}: setup.py defines no extra {sorted(unknown)} (it has {sorted(setup_extras())})"
 
 
+def prose(page):
+    """The page's text without its code blocks."""
+    return re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+
+
 def heading_anchors(page):
     """GitHub's anchors for the page's headings: lower case, punctuation dropped, spaces as hyphens."""
-    text = page.read_text(encoding="utf-8")
-    text = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
     return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
-            for title in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+            for title in re.findall(r"^#+ (.+)$", prose(page), flags=re.MULTILINE)}
 
 
 def broken_links(page):
     """Relative links of the page whose file, or heading anchor, does not exist."""
-    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
     broken = []
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose(page)):
         if re.match(r"[a-z]+:", target):
             continue
         path, _, anchor = target.partition("#")
@@ -116,8 +120,9 @@ def broken_links(page):
 
 
 def check_shell_block(page, start, lines):
-    for command in shell_commands(lines):
-        where = f"{page.name}:{start}"
+    """Checks each command of a shell block: script flags and pip extras."""
+    for index, command in shell_commands(lines):
+        where = f"{page.name}:{start + index}"
         if command[:3] == ["python", "-m", "pip"]:
             command = command[2:]
         if command[:2] == ["pip", "install"]:
@@ -166,3 +171,16 @@ def test_page(page, page_context, monkeypatch):
     for language, start, lines in blocks:
         if language in SHELL:
             check_shell_block(page, start, lines)
+
+
+def test_the_checks_catch_a_bad_flag_an_unknown_extra_and_a_dead_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n[ok](#title) [gone](missing.md) [no heading](page.md#nowhere)\n", encoding="utf-8")
+    assert broken_links(page) == ["missing.md", "page.md#nowhere"]
+    lines = ["pip install -e '.[test]'  # fine", "python scripts/train_mnist.py \\", "    --no-such-flag"]
+    assert list(shell_commands(lines)) == [(0, ["pip", "install", "-e", ".[test]"]),
+                                           (1, ["python", "scripts/train_mnist.py", "--no-such-flag"])]
+    with pytest.raises(pytest.fail.Exception, match=r"page.md:8: scripts/train_mnist.py does not accept"):
+        check_shell_block(page, 7, lines)
+    with pytest.raises(AssertionError, match=r"no extra \['tests'\]"):
+        check_shell_block(page, 7, ['pip install ".[tests]"'])
