@@ -40,7 +40,8 @@ if __name__ == "__main__":
 
 from data.idx import MnistFormatError  # noqa: E402
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError  # noqa: E402
-from training.arguments import device_target, non_negative_int, one_of, positive_float, positive_int  # noqa: E402
+from training.arguments import (device_target, in_flags, non_negative_int, one_of, positive_float,  # noqa: E402
+                                positive_int)
 from training.checkpoints import resume_hint  # noqa: E402
 from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, TrainConfig  # noqa: E402
 from training.context import configure_context  # noqa: E402
@@ -164,12 +165,6 @@ def parse_args(argv=None):
     """
     parser = build_parser()
     flags = vars(parser.parse_args(argv))
-    for flag in ("resume", "overwrite"):
-        if flags[flag] and not flags["ckpt_dir"]:
-            parser.error(f"--{flag} needs --ckpt-dir")
-    if flags["resume"] and flags["overwrite"]:
-        parser.error("--resume and --overwrite exclude each other: --resume continues the run in --ckpt-dir, "
-                     "--overwrite replaces it")
     if flags["plot"]:
         try:
             import matplotlib  # noqa: F401  (checked here, so a long run does not fail at its end)
@@ -178,8 +173,8 @@ def parse_args(argv=None):
     data_flags = {name: flags.pop(name) for name in DATA_FLAGS}
     try:
         return TrainConfig(**flags), data_flags
-    except ValueError as error:
-        parser.error(str(error))
+    except ValueError as error:  # flags that exclude each other: TrainConfig checks them, in its fields' names
+        parser.error(in_flags(str(error), flags))
 
 
 def main(argv=None):

@@ -24,8 +24,12 @@ from data.idx import SPLIT_FILES, read_idx, write_idx_labels
 from data.mnist import MnistUnavailableError
 from helpers import run_msrun
 from scripts import train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
+from training.checkpoints import save_epoch_checkpoint
+from training.config import TrainConfig
 from training.errors import TrainingError
+from training.loop import build_run
 from training.mnist import SYNTHETIC_MARKER, mnist_task, prepare_mnist
+from training.task import toy_task
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_mnist.py")
@@ -64,7 +68,8 @@ def test_help_explains_every_flag():
     (["--accumulate-step", "-1"], "argument --accumulate-step: must be a positive integer, got -1"),
     (["--device-target", "TPU"], "argument --device-target: unknown device 'TPU': choose CPU, GPU or Ascend"),
     (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
-    (["--accumulate-step", "auto", "--window-step"], "accumulate_step='auto' changes N between windows"),
+    (["--accumulate-step", "auto", "--window-step"],
+     "--accumulate-step auto changes N between windows; --window-step needs a fixed N"),
 ])
 def test_bad_values_are_argparse_errors(argv, message):
     result = run_script(*argv)
@@ -78,10 +83,10 @@ def test_flag_combinations_are_checked_before_anything_runs(capsys):
     with pytest.raises(SystemExit) as caught:
         train_mnist.parse_args(["--resume"])
     assert caught.value.code == 2
-    assert "--resume needs --ckpt-dir" in capsys.readouterr().err
-    for argv, message in ((["--overwrite"], "--overwrite needs --ckpt-dir"),
+    assert "--resume needs a --ckpt-dir" in capsys.readouterr().err
+    for argv, message in ((["--overwrite"], "--overwrite needs a --ckpt-dir"),
                           (["--ckpt-dir", "c", "--resume", "--overwrite"],
-                           "--resume and --overwrite exclude each other"),
+                           "--resume continues the run in --ckpt-dir, --overwrite replaces it: pass one"),
                           (["--ckpt-dir", "c", "--over"], "unrecognized arguments: --over")):  # exact flags only
         with pytest.raises(SystemExit) as caught:
             train_mnist.parse_args(argv)
@@ -268,6 +273,34 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(synthetic_m
     # --ckpt-dir a valid one, so that each case is refused for its own flag and nothing else.
     refused(run_script("--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(tmp_path / "ckpt"), *argv), message)
     assert os.listdir(tmp_path) == ["a_file"]  # nothing created, not even the valid --ckpt-dir
+
+
+def _refused_before_training(argv, monkeypatch, capsys, message):
+    monkeypatch.setattr(train_mnist, "train", lambda *args, **kwargs: pytest.fail("training started"))
+    with pytest.raises(SystemExit) as caught:
+        train_mnist.main(argv)
+    assert (caught.value.code, capsys.readouterr().err) == (1, f"error: {message}\n")
+
+
+@pytest.mark.parametrize("synthetic", [["--synthetic"], []], ids=["synthetic", "MNIST"])
+def test_a_data_dir_that_cannot_be_written_is_refused_in_one_line(tmp_path, monkeypatch, capsys, synthetic):
+    (tmp_path / "a_file").write_text("")
+    for data_dir, problem in ((str(tmp_path / "a_file"), "is a file; name a folder"),
+                              ("/proc/nope", "cannot create a file in /proc (No such file or directory)")):
+        _refused_before_training([*synthetic, "--data-dir", data_dir, "--mnist-url", UNREACHABLE_URL], monkeypatch,
+                                 capsys, f"--data-dir {data_dir}: {problem}")
+
+
+def test_resume_with_other_run_defining_flags_names_each_flag_and_both_values(synthetic_mnist_dir, tmp_path,
+                                                                               monkeypatch, capsys):
+    # Another network's checkpoint: the settings are compared first, so they are what the message names.
+    ckpt_dir = str(tmp_path / "ckpt")
+    config = TrainConfig(mode="pynative", ckpt_dir=ckpt_dir)
+    path = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [])
+    _refused_before_training(["--data-dir", synthetic_mnist_dir, "--ckpt-dir", ckpt_dir, "--resume",
+                              "--optimizer", "adam", "--accumulate-step", "4"], monkeypatch, capsys,
+                             f"cannot resume exactly from {path}: --accumulate-step was 2, now 4; --optimizer was "
+                             "sgd, now adam. Pass the same flags, or another --ckpt-dir.")
 
 
 def test_resume_without_a_checkpoint_is_an_error(synthetic_mnist_dir, tmp_path):

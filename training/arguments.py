@@ -2,9 +2,12 @@
 
 Each raises ``argparse.ArgumentTypeError``, which argparse turns into a usage
 line and exit status 2; ``training.config.TrainConfig`` checks the values again.
+``flag`` and ``in_flags`` write a config field as the flag that sets it, so
+that messages name what the user typed.
 """
 import argparse
 import math
+import re
 
 from training.config import DEVICES
 
@@ -76,3 +79,37 @@ def one_of(*names):
             raise argparse.ArgumentTypeError(f"unknown value {text!r}: choose {', '.join(names)}")
         return text.lower()
     return parse
+
+
+def flag(name):
+    """The command-line flag that sets the config field ``name``.
+
+    Example:
+        >>> flag("accumulate_step")
+        '--accumulate-step'
+    """
+    return "--" + name.replace("_", "-")
+
+
+# A field as messages write it: ``name=value`` (a repr, or a word), or a bare snake_case name.
+_FIELD = re.compile(r"\b([a-z][a-z0-9_]*)(?:=('[^']*'|[^\s,;:]+))?")
+
+
+def in_flags(message, fields):
+    """``message`` (a config's ``ValueError``) with each of ``fields`` written as the flag that sets it.
+
+    ``window_step=True`` becomes ``--window-step``, ``accumulate_step='auto'``
+    becomes ``--accumulate-step auto``, a bare ``ckpt_dir`` ``--ckpt-dir``;
+    other words, and one-word field names without a value, stay as they are.
+
+    Example:
+        >>> in_flags("accumulate_step='auto' changes N; window_step=True needs a fixed N",
+        ...          ("accumulate_step", "window_step"))
+        '--accumulate-step auto changes N; --window-step needs a fixed N'
+    """
+    def spell(match):
+        name, value = match.groups()
+        if name not in fields or (value is None and "_" not in name):
+            return match.group(0)
+        return flag(name) if value in (None, "True") else f"{flag(name)} {value.strip(chr(39))}"
+    return _FIELD.sub(spell, message)

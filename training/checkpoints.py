@@ -4,17 +4,23 @@ A run with a ``ckpt_dir`` writes ``epoch_NNN.ckpt`` after every epoch:
 network, optimizer and accumulator state, the epoch, the settings a resume
 must repeat, and the history of per-epoch records.
 """
+import contextlib
 import json
 import os
 import re
 import shlex
 import sys
 
+import mindspore as ms
+
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint, unfinished_writes
+from training.arguments import flag
 from training.errors import TrainingError
 from training.interrupts import deferred
 
 CHECKPOINT_NAME = re.compile(r"^epoch_(\d+)\.ckpt$")
+# Raised reading a damaged checkpoint (mindspore says ValueError) or a foreign one (no "config"): it is skipped.
+UNREADABLE = (ValueError, OSError, KeyError)
 
 
 def checkpoint_path(ckpt_dir, epoch):
@@ -50,8 +56,9 @@ def find_checkpoints(ckpt_dir):
 def check_ckpt_dir(config):
     """Refuses, before any work, a ``config.ckpt_dir`` that would resume nothing or mix two runs.
 
-    With ``resume`` there must be a checkpoint to resume; without it the
-    folder must hold none, unless ``overwrite`` says to replace them
+    With ``resume`` there must be a checkpoint to resume, taken with the
+    same settings (``check_settings`` on the newest readable one); without
+    it the folder must hold none, unless ``overwrite`` says to replace them
     (``clear_checkpoints`` does, once training starts). Raises
     ``TrainingError`` naming the flag and the folder; changes nothing.
 
@@ -75,6 +82,9 @@ def check_ckpt_dir(config):
         raise TrainingError(f"--ckpt-dir {config.ckpt_dir} holds another run's checkpoints (newest "
                             f"{os.path.basename(found[0])}): add --resume to continue that run, --overwrite to "
                             "replace it, or choose another --ckpt-dir")
+    for path in found if config.resume else []:
+        with contextlib.suppress(*UNREADABLE):  # resume() warns as it skips it
+            return check_settings(path, config)
 
 
 def clear_checkpoints(ckpt_dir):
@@ -162,9 +172,31 @@ def save_epoch_checkpoint(run, config, epoch, history):
     return path
 
 
-def _changed_settings(saved, config):
-    return [f"--{name.replace('_', '-')} was {saved[name]!r}, now {value!r}"
-            for name, value in config.resume_settings().items() if saved.get(name) != value]
+def check_settings(path, config):
+    """Raises ``TrainingError`` if the checkpoint at ``path`` was taken with other resume settings than ``config``'s.
+
+    Reads the settings alone, so a changed ``--optimizer`` is named as such,
+    not as the optimizer state it leaves missing. The message names each flag,
+    the value the run was started with and the value given now.
+
+    Example:
+        >>> import tempfile
+        >>> from training.config import TrainConfig
+        >>> from training.loop import build_run
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp())
+        >>> path = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [{"epoch": 1}])
+        >>> check_settings(path, TrainConfig(optimizer="adam", accumulate_step=4))
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
+    """
+    saved = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
+    changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
+               for name, value in config.resume_settings().items() if saved.get(name) != value]
+    if changed:
+        raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed)
+                            + ". Pass the same flags, or another --ckpt-dir.")
 
 
 def resume(run, config, say=print):
@@ -187,16 +219,13 @@ def resume(run, config, say=print):
     """
     for path in find_checkpoints(config.ckpt_dir):
         try:
+            check_settings(path, config)
             extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error
-        except (ValueError, RuntimeError, OSError) as error:
+        except UNREADABLE as error:
             print(f"warning: skipping unreadable checkpoint {path}: {error}", file=sys.stderr)
             continue
-        changed = _changed_settings(json.loads(extra["config"]), config)
-        if changed:
-            raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed)
-                                + ". Pass the same flags, or another --ckpt-dir.")
         say(f"resumed from {path} (epoch {extra['epoch']})")
         return int(extra["epoch"]), json.loads(extra["history"])
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")

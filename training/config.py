@@ -99,7 +99,7 @@ class TrainConfig:
             _optional_path(getattr(self, name), name)
         for name in ("resume", "overwrite"):
             if getattr(self, name) and self.ckpt_dir is None:
-                raise ValueError(f"{name}=True needs a ckpt_dir, got ckpt_dir=None")
+                raise ValueError(f"{name}=True needs a ckpt_dir")
         if self.resume and self.overwrite:
             raise ValueError("resume=True continues the run in ckpt_dir, overwrite=True replaces it: pass one")
         if not 0 <= non_negative_int(self.rank, "rank") < self.ranks:

@@ -15,6 +15,7 @@ from data.mnist import (DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, l
                         mnist_batches, mnist_windows)
 from models.mnist import MnistDenseNet, mnist_loss
 from training.errors import TrainingError
+from training.outputs import check_writable
 from training.task import Task
 
 # A tenth of MNIST: enough updates at the default settings to pass 95% in two epochs.
@@ -79,6 +80,8 @@ def _downloaded(data_dir, url):
         raise TrainingError(f"{data_dir} holds the synthetic look-alike that --synthetic wrote, not MNIST "
                             f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
     local_problem = _local_problem(data_dir)
+    if local_problem or not os.path.isdir(data_dir):  # to be downloaded into
+        check_writable("--data-dir", data_dir, folder=True)
     try:
         return ensure_mnist(data_dir, url=url or data.mnist.MNIST_URL)
     except MnistUnavailableError as error:
@@ -106,6 +109,7 @@ def _write_marker(folder):
 
 
 def _synthetic(folder):
+    check_writable("--data-dir", folder, folder=True)
     refusal = f"--synthetic will not write into --data-dir {folder}"
     if os.path.realpath(folder) == os.path.realpath(DEFAULT_DATA_DIR):
         raise TrainingError(f"{refusal}: real MNIST is downloaded there; choose another folder, or leave out "
@@ -135,9 +139,10 @@ def prepare_mnist(data_dir, synthetic, url, stack):
     look-alike. A synthetic set (``SYNTHETIC_SIZES``) is written into
     ``data_dir``, marked with ``SYNTHETIC_MARKER``, or into a temporary
     folder that ``stack`` (a ``contextlib.ExitStack``) removes; never into
-    ``DEFAULT_DATA_DIR`` nor beside MNIST files it did not write. Raises
-    ``MnistUnavailableError``, ``MnistFormatError`` or ``TrainingError``
-    with a message meant for the user.
+    ``DEFAULT_DATA_DIR`` nor beside MNIST files it did not write. A
+    folder to be written must be writable (``training.outputs.check_writable``).
+    Raises ``MnistUnavailableError``, ``MnistFormatError`` or
+    ``TrainingError`` with a message meant for the user.
 
     Example:
         >>> import contextlib

@@ -8,15 +8,12 @@ data, Ctrl-C) leaves no empty folder behind.
 import os
 import tempfile
 
+from training.arguments import flag
 from training.checkpoints import check_ckpt_dir
 from training.errors import TrainingError
 
 # The TrainConfig fields that name outputs, and whether each is a folder.
 OUTPUTS = {"ckpt_dir": True, "log_json": False, "plot": False}
-
-
-def _flag(name):
-    return "--" + name.replace("_", "-")
 
 
 def check_writable(flag, path, folder=False):
@@ -72,5 +69,5 @@ def check_outputs(config):
     for name, folder in OUTPUTS.items():
         path = getattr(config, name)
         if path:
-            check_writable(_flag(name), path, folder)
+            check_writable(flag(name), path, folder)
     check_ckpt_dir(config)
