@@ -1,0 +1,184 @@
+"""What the training tools' command lines share: the flags of a run, their checks, and how a run ends.
+
+A tool (``scripts/train_lm.py``) builds its parser with ``make_parser``,
+adds its own data flags, reads a ``TrainConfig`` and its own flags with
+``parse_config``, and runs with ``run_tool``, which turns the failures a
+user can fix into one ``error:`` line and Ctrl-C or SIGTERM into a line
+saying how to resume.
+"""
+import argparse
+import contextlib
+import signal
+import sys
+import time
+
+from training.arguments import device_target, in_flags, non_negative_int, one_of, positive_float, positive_int
+from training.checkpoints import resume_hint
+from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, TrainConfig
+from training.context import configure_context
+from training.errors import TrainingError
+from training.interrupts import Interrupted, signals_raise_interrupted
+from training.optimizers import MOMENTUM
+from training.outputs import check_outputs
+
+EPILOG = ("Exit status: 0 on success, 1 when data, device, output paths or checkpoints fail, 2 for bad flags, "
+          "130 after Ctrl-C and 143 after SIGTERM (the last checkpoint stays whole; the message says how to resume).")
+
+
+def positive_int_or_auto(text):
+    """argparse type: a positive integer, or 'auto'.
+
+    Example:
+        >>> positive_int_or_auto("auto"), positive_int_or_auto("4")
+        ('auto', 4)
+    """
+    return AUTO if text == AUTO else positive_int(text)
+
+
+def make_parser(prog, description, optimizers, defaults, sample="sample"):
+    """A parser with the run, training, checkpoint and log flags every tool has; returns ``(parser, data group)``.
+
+    ``optimizers`` are the ``--optimizer`` choices, ``defaults`` the tool's
+    defaults for ``batch_size``, ``accumulate_step``, ``epochs``, ``lr`` and
+    ``optimizer``; ``sample`` names what a micro-batch holds, for the help.
+
+    Example:
+        >>> parser, data = make_parser("tool.py", "A tool.", ("sgd",), dict(batch_size=8, accumulate_step=2,
+        ...                            epochs=1, lr=0.1, optimizer="sgd"))
+        >>> parser.parse_args([]).batch_size, data.title
+        (8, 'data')
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog=EPILOG,
+        # Exact flags only: the command printed to resume a run must mean what it says, and an
+        # abbreviation that is unique today (--o for --optimizer) stops being so when a flag is added.
+        allow_abbrev=False)
+    parser.set_defaults(**defaults)
+    run = parser.add_argument_group("run")
+    run.add_argument("--device-target", type=device_target, default="CPU", metavar="{" + ",".join(DEVICES) + "}",
+                     help="device MindSpore runs on (default %(default)s)")
+    run.add_argument("--mode", type=one_of(*MODES), default="graph", metavar="{" + ",".join(MODES) + "}",
+                     help="graph: compile the train step, flush and evaluation once (fast); "
+                          "pynative: run them op by op (slow, but print() and pdb work inside); default %(default)s")
+    run.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
+                     help="seeds the initial weights; epoch e is shuffled with seed + e (default %(default)s)")
+    run.add_argument("--window-step", action="store_true",
+                     help="run each whole window (forward, backward and update of --accumulate-step "
+                          "micro-batches) in one compiled call with an in-graph loop: less host overhead "
+                          "per micro-step, same memory, same result")
+    run.add_argument("--distributed", action="store_true",
+                     help="data parallel under msrun: each rank trains on its shard, gradients are summed "
+                          "across ranks once per window; only rank 0 prints and writes files")
+
+    training = parser.add_argument_group("training")
+    training.add_argument("--batch-size", type=positive_int, metavar="N",
+                          help=f"{sample}s per micro-batch, one forward/backward pass (default %(default)s)")
+    training.add_argument("--accumulate-step", type=positive_int_or_auto, metavar="{N,auto}",
+                          help="micro-batches summed per optimizer update; an epoch's last, shorter "
+                               "window is applied too, weighted by its count. 'auto': N follows the "
+                               f"measured gradient noise scale, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]} "
+                               "(implies --track-noise; not with --window-step) (default %(default)s)")
+    training.add_argument("--epochs", type=positive_int, metavar="N",
+                          help="total epochs, with --resume including those already done (default %(default)s)")
+    training.add_argument("--lr", type=positive_float, help="learning rate (default %(default)s)")
+    training.add_argument("--optimizer", type=one_of(*optimizers), metavar="{" + ",".join(optimizers) + "}",
+                          help=f"optimizer; momentum uses {MOMENTUM}; adamw is decoupled weight decay "
+                               "(default %(default)s)")
+    training.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
+                          help=f"visit the training {sample}s in a new seeded order each epoch (default: shuffle)")
+    training.add_argument("--track-noise", action="store_true",
+                          help="measure the gradient noise scale (the batch size past which a larger one buys "
+                               "little) from each window's micro-batches; printed, logged and plotted per epoch")
+    training.add_argument("--check", action="store_true",
+                          help="before training, check on the first window that accumulating equals one large "
+                               "batch (changes nothing) and print one line")
+    training.add_argument("--drop-last", action="store_true",
+                          help="drop each epoch's last micro-batch if it is smaller than --batch-size "
+                               "(default: train on it)")
+    data = parser.add_argument_group("data")
+
+    output = parser.add_argument_group("checkpoints and logs")
+    output.add_argument("--ckpt-dir", default=None, metavar="DIR",
+                        help="save network, optimizer and accumulator state after every epoch as "
+                             "DIR/epoch_NNN.ckpt (default: no checkpoints); a DIR holding another run's "
+                             "checkpoints needs --resume or --overwrite")
+    output.add_argument("--resume", action="store_true",
+                        help="continue from the newest checkpoint in --ckpt-dir with its next epoch, "
+                             "exactly as if never stopped (an error if there is none)")
+    output.add_argument("--overwrite", action="store_true",
+                        help="start afresh in a --ckpt-dir that holds another run's checkpoints: they are "
+                             "removed once the data is checked and training starts")
+    output.add_argument("--log-json", metavar="PATH", default=None,
+                        help="write per-epoch records and the summary as JSON, updated after every epoch")
+    output.add_argument("--plot", metavar="PATH", default=None,
+                        help="write a PNG of training loss and test accuracy per epoch (needs matplotlib)")
+    return parser, data
+
+
+def parse_config(parser, argv, tool_flags):
+    """The checked flags as ``(TrainConfig, {tool flag: value})``; errors exit with status 2 and a usage line.
+
+    ``tool_flags`` name the parser's destinations that are not
+    ``TrainConfig`` fields (where the data comes from, the model's size).
+
+    Example:
+        >>> parser, data = make_parser("tool.py", "A tool.", ("sgd",), dict(batch_size=8, accumulate_step=2,
+        ...                            epochs=1, lr=0.1, optimizer="sgd"))
+        >>> _ = data.add_argument("--synthetic", action="store_true")
+        >>> config, flags = parse_config(parser, ["--batch-size", "4", "--synthetic"], ("synthetic",))
+        >>> config.effective_batch_size, flags
+        (8, {'synthetic': True})
+    """
+    flags = vars(parser.parse_args(argv))
+    if flags["plot"]:
+        try:
+            import matplotlib  # noqa: F401  (checked here, so a long run does not fail at its end)
+        except ImportError:
+            parser.error("--plot needs matplotlib: pip install matplotlib (or pip install .[plot])")
+    own = {name: flags.pop(name) for name in tool_flags}
+    try:
+        return TrainConfig(**flags), own
+    except ValueError as error:  # flags that exclude each other: TrainConfig checks them, in its fields' names
+        parser.error(in_flags(str(error), flags))
+
+
+def run_tool(config, argv, script, body, errors=()):
+    """Runs ``body(config, stack)`` as a command-line tool does; returns what it returns.
+
+    First Ctrl-C and SIGTERM become ``training.interrupts.Interrupted``
+    (the script called ``hold_signals`` at its start), the outputs are
+    checked and the device set (``configure_context``: ``body`` gets the
+    config with the real ranks). ``TrainingError`` and ``errors`` (the
+    tool's data errors) print ``error: <message>`` to stderr and exit 1; an
+    interrupt prints how to resume and exits 130 or 143. ``stack`` is a
+    ``contextlib.ExitStack`` closed before either, for temporary folders.
+    ``argv`` (None: ``sys.argv``) and ``script`` make the command to resume with.
+
+    Example:
+        >>> import mindspore as ms
+        >>> previous = ms.get_context("mode")
+        >>> run_tool(TrainConfig(mode="pynative"), [], "tool.py", lambda config, stack: config.ranks)
+        1
+        >>> run_tool(TrainConfig(mode="pynative"), [], "tool.py", lambda config, stack: 1 / 0,
+        ...          errors=(ZeroDivisionError,))
+        Traceback (most recent call last):
+        ...
+        SystemExit: 1
+        >>> ms.set_context(mode=previous)
+    """
+    started = time.time()
+    command = [sys.executable, *(sys.argv if argv is None else [script, *argv])]
+    try:
+        with contextlib.ExitStack() as stack:
+            # First in, last out: a second signal cannot cut short the removal of the temporary data.
+            stack.enter_context(signals_raise_interrupted())
+            check_outputs(config)
+            config = configure_context(config)  # before the data: a missing device should not wait for a download
+            return body(config, stack)
+    except (*errors, TrainingError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt as error:
+        interrupted = error if isinstance(error, Interrupted) else Interrupted(signal.SIGINT)
+        print(f"interrupted by {interrupted.name}; {resume_hint(config, command, started)}", file=sys.stderr)
+        raise SystemExit(interrupted.exit_status) from None
