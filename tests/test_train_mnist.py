@@ -395,6 +395,22 @@ def test_a_signal_ends_the_run_cleanly_and_the_printed_command_resumes_it(tmp_pa
     assert os.listdir(temporary) == []
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_the_first_compile_prints_one_line(tmp_path):
+    # Raised inside the compile, the interrupt was logged by MindSpore as ~20 lines of "[ERROR] ANALYZER".
+    process = subprocess.Popen([sys.executable, SCRIPT, "--synthetic", "--epochs", "1"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.readline()  # the data is ready; the network is built, then its train step compiles for seconds
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    # The progress bar shares stderr; its lines start with the epoch.
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and not line.startswith("epoch")]
+    assert lines == ["interrupted by SIGINT; nothing was saved (no --ckpt-dir)"]
+    assert os.listdir(tmp_path) == []  # no rank_0/om/analyze_fail.ir
+
+
 # ---------------------------------------------------------------- failures
 
 @pytest.mark.parametrize("error, code, message", [

@@ -13,6 +13,7 @@ this module imports neither.
 """
 import _thread
 import contextlib
+import functools
 import signal
 import threading
 
@@ -186,3 +187,27 @@ def deferred():
         handler.deferring -= 1
     if not handler.deferring and handler.pending is not None:
         handler.raise_interrupted(handler.pending)
+
+
+def finishing(function):
+    """``function`` whose every call runs inside ``deferred``: a signal during it takes effect when it returns.
+
+    For compiled steps: a signal raised during MindSpore's compile lands
+    in Python code the compiler is running, which MindSpore reports as a
+    20-line ``[ERROR] ANALYZER`` log (and an ``analyze_fail.ir``) before the
+    run can end cleanly; deferred, it ends the run after the step instead.
+
+    Example:
+        >>> step = finishing(lambda: signal.raise_signal(signal.SIGTERM) or "finished")
+        >>> try:
+        ...     with signals_raise_interrupted():
+        ...         print(step())
+        ... except Interrupted as error:
+        ...     print(error.name)
+        SIGTERM
+    """
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with deferred():
+            return function(*args, **kwargs)
+    return call

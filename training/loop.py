@@ -17,6 +17,7 @@ from accumulator import Accumulator, NoiseScaleSchedule, WindowAllReduce, check_
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
+from training.interrupts import finishing
 from training.optimizers import make_optimizer
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
@@ -110,9 +111,10 @@ def build_run(config, task):
         logits = net(inputs)
         return loss_fn(logits, labels), task.correct(logits, labels)
 
-    compile_ = ms.jit if config.mode == "graph" else _eager
+    # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
+    compile_ = (lambda function: finishing(ms.jit(function))) if config.mode == "graph" else _eager
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
-    window_step = make_window_step(grad_fn, accumulator) if config.window_step else None
+    window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
     return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step), grad_fn,
                window_step, eager_step=train_step, eager_flush=flush)
 
