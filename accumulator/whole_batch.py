@@ -64,7 +64,7 @@ class AllGatherRepresentations:
         return self.all_gather(tensor)
 
 
-def random_layers(network):
+def _random_layers(network):
     """The layers whose two forward passes would differ, each as ``"name (why)"``.
 
     Dropout with a drop rate above 0 in training mode draws new masks in each
@@ -73,9 +73,9 @@ def random_layers(network):
 
     Example:
         >>> net = nn.SequentialCell(nn.Dense(3, 4), nn.Dropout(p=0.1), nn.BatchNorm1d(4))
-        >>> random_layers(net)
+        >>> _random_layers(net)
         []
-        >>> random_layers(net.set_train())
+        >>> _random_layers(net.set_train())
         ['1 (Dropout with p=0.1 in training mode)', '2 (BatchNorm1d in training mode)']
     """
     found = []
@@ -109,15 +109,16 @@ def _jit_encode(encoder):
 
 def _jit_representation_grads(loss_fn, accumulator):
     """``(reps) -> (loss, the loss's gradient w.r.t. the reps)``, compiled once per shape."""
+    # Counts weigh each micro-batch under "mean", so the pieces become summed-loss
+    # gradients: the accumulator's division by the window's samples cancels this factor.
+    per_sample = accumulator.reduction == "mean"
+    loss_scaler = accumulator.loss_scaler
+
     def scaled_loss(representations):
         loss = loss_fn(*representations)
-        scaled = loss
-        if accumulator.reduction == "mean":
-            # Counts weigh each micro-batch, so the pieces become summed-loss gradients: the
-            # accumulator's division by the window's samples cancels this factor.
-            scaled = scaled * representations[0].shape[0]
-        if accumulator.loss_scaler is not None:
-            scaled = scaled * accumulator.loss_scaler.scale_value
+        scaled = loss * representations[0].shape[0] if per_sample else loss
+        if loss_scaler is not None:
+            scaled = scaled * loss_scaler.scale_value
         return scaled, loss
 
     grad_fn = ms.value_and_grad(scaled_loss, 0, has_aux=True)
@@ -236,9 +237,10 @@ def make_whole_batch_step(encoder, loss_fn, accumulator, network=None, gather=No
 
     def whole_batch_step(micro_batches):
         window = _check_window(micro_batches, accumulator.schedule.fixed_step)
-        if network is not None and random_layers(network):
+        differing = [] if network is None else _random_layers(network)
+        if differing:
             raise ValueError("make_whole_batch_step runs each micro-batch forward twice, and these layers would "
-                             f"differ between the passes: {', '.join(random_layers(network))}; set them to "
+                             f"differ between the passes: {', '.join(differing)}; set them to "
                              "evaluation mode (cell.set_train(False)) or remove them")
         if int(accumulator.micro_step):
             raise ValueError(f"the accumulator's window already holds {int(accumulator.micro_step)} micro-batches: "

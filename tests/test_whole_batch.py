@@ -1,4 +1,6 @@
 """Whole-batch losses under accumulation: the window applies exactly the large batch's gradient."""
+import json
+
 import numpy as np
 import pytest
 import mindspore as ms
@@ -6,6 +8,7 @@ from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
+from benchmarks.whole_batch import run
 
 # Relative to each gradient tensor's largest element, as check_equivalence's RTOL.
 RTOL = 1e-4
@@ -156,6 +159,22 @@ def test_clipping_loss_scaling_and_nonfinite_skip_act_on_the_whole_window():
     assert all(np.array_equal(a, b) for a, b in zip(after_one, weights(net)))
 
 
+def test_noise_tracking_samples_the_window_and_leaves_its_update_exact():
+    first, second = pairs(8, 6, seed=3)
+    net = OneTower()
+    start = weights(net)
+    _, expected = large_batch(net, info_nce, first, second)
+    accumulator = Accumulator(nn.SGD(net.trainable_params(), 1.0), accumulate_step=2, track_noise=True)
+    step = make_whole_batch_step(net, info_nce, accumulator)
+
+    assert bool(step(micro_batches(first, second, (4, 4)))[1])
+
+    assert_close([before - after for before, after in zip(start, weights(net))], expected)
+    # One window's estimates are noisy, even negative; that they exist shows the window was sampled.
+    record = accumulator.noise.record()
+    assert record["windows"] == 1 and np.isfinite([record["gradient_squared_norm"], record["trace"]]).all()
+
+
 class FakeGather:
     """Two ranks in one process: returns this rank's rows and ``other``'s, in rank order."""
 
@@ -221,3 +240,14 @@ def test_bad_input_gets_one_clear_line():
     accumulator.accumulate(tuple(ops.zeros_like(p) for p in net.trainable_params()))
     with pytest.raises(ValueError, match="already holds 1 micro-batches"):
         step([x, x])
+
+
+@pytest.mark.slow
+def test_benchmark_runs_with_tiny_sizes_and_writes_its_rows(tmp_path, capsys):
+    rows = run(micro_batches=(2,), micro_batch_size=4, width=8, depth=1, repeats=1,
+               json_path=str(tmp_path / "whole_batch.json"))
+
+    assert [row["method"] for row in rows] == ["large", "whole"]
+    assert all(row["samples"] == 8 and row["s_per_sample"] > 0 and row["peak_mb"] > 0 for row in rows)
+    assert json.loads((tmp_path / "whole_batch.json").read_text())["rows"] == rows
+    assert "whole batch     2      8" in capsys.readouterr().out
