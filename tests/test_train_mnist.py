@@ -136,6 +136,7 @@ def test_learns_synthetic_data_logs_json_and_refuses_an_inexact_resume(tmp_path,
     logged = json.loads(log.read_text())
     assert logged["summary"] == pytest.approx(summary)
     assert logged["config"]["batch_size"] == 32 and logged["config"]["accumulate_step"] == 2
+    assert logged["data"].startswith("synthetic MNIST look-alike from ")
     assert [record["epoch"] for record in logged["epochs"]] == [1, 2]
     for record in logged["epochs"]:
         assert {"train_loss", "test_accuracy", "test_loss", "samples_per_second", "seconds"} <= set(record)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from training.config import TrainConfig
-from training.records import summarize, write_json_log
+from training.records import summarize, write_json_log, write_plot
 
 HISTORY = [
     {"epoch": 1, "train_loss": 0.9, "samples": 600, "seconds": 2.0, "test_accuracy": 0.85, "test_loss": 0.5},
@@ -23,8 +23,8 @@ def test_summary_names_best_and_final_epochs_and_the_throughput():
 
 def test_json_log_is_replaced_whole_and_leaves_no_temporary(tmp_path):
     path = str(tmp_path / "logs" / "run.json")
-    write_json_log(path, TrainConfig(), HISTORY[:1])
-    write_json_log(path, TrainConfig(), HISTORY, {"updates": 20})
+    write_json_log(path, TrainConfig(), "toy", HISTORY[:1])
+    write_json_log(path, TrainConfig(), "toy", HISTORY, {"updates": 20})
     logged = json.load(open(path))
     assert [record["epoch"] for record in logged["epochs"]] == [1, 2] and logged["summary"] == {"updates": 20}
     assert logged["config"]["device_target"] == "CPU" and logged["config"]["mode"] == "graph"
@@ -37,3 +37,18 @@ def test_plot_writes_a_png(synthetic_mnist_dir, tmp_path, train_mnist_run):
     train_mnist_run(synthetic_mnist_dir, epochs=1, plot=str(plot))
     assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert os.listdir(tmp_path) == ["run.png"]
+
+
+def test_plot_accuracy_axis_stops_at_100_percent(tmp_path, monkeypatch):
+    figure_class = pytest.importorskip("matplotlib.figure").Figure
+    limits = []
+    real_savefig = figure_class.savefig
+
+    def savefig(figure, *args, **kwargs):
+        limits.append(figure.axes[1].get_ylim())  # the accuracy panel
+        return real_savefig(figure, *args, **kwargs)
+
+    monkeypatch.setattr(figure_class, "savefig", savefig)
+    write_plot(str(tmp_path / "run.png"), [dict(HISTORY[0], test_accuracy=0.97), dict(HISTORY[1], test_accuracy=1.0)])
+    (bottom, top), = limits
+    assert top == 100 and bottom < 97

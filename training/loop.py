@@ -339,13 +339,13 @@ def train(config, task, progress=True):
         if config.ckpt_dir and config.main_rank:
             save_epoch_checkpoint(run, config, epoch, history)
         if config.log_json and config.main_rank:
-            write_json_log(config.log_json, config, history)
+            write_json_log(config.log_json, config, task.description, history)
         if config.plot and config.main_rank:
             write_plot(config.plot, history)
     if done >= config.epochs:
         say(f"the checkpoint already holds {done} epochs (--epochs {config.epochs}): nothing to train")
     summary = summarize(config, history, int(run.accumulator.update_count), int(run.accumulator.skipped_windows))
     if config.log_json and config.main_rank:
-        write_json_log(config.log_json, config, history, summary)
+        write_json_log(config.log_json, config, task.description, history, summary)
     say(task.summary_line(summary, config))
     return summary, run

@@ -95,19 +95,23 @@ def summary_line(summary, config):
             f"{batch}, {summary['updates']} updates")
 
 
-def write_json_log(path, config, history, summary=None):
-    """``{"config", "epochs": [records], "summary"}`` to ``path``, atomically (summary None until the end).
+def write_json_log(path, config, data, history, summary=None):
+    """``{"config", "data", "epochs": [records], "summary"}`` to ``path``, atomically (summary None until the end).
+
+    ``data`` says what the run trained on (``Task.description``: whether it
+    was the synthetic look-alike, where from, how many samples).
 
     Example:
         >>> import os, tempfile
         >>> from training.config import TrainConfig
         >>> path = os.path.join(tempfile.mkdtemp(), "logs", "run.json")
-        >>> write_json_log(path, TrainConfig(), [{"epoch": 1, "test_accuracy": 0.8}])
-        >>> json.load(open(path))["config"]["batch_size"]
-        32
+        >>> write_json_log(path, TrainConfig(), "synthetic MNIST look-alike", [{"epoch": 1, "test_accuracy": 0.8}])
+        >>> logged = json.load(open(path))
+        >>> logged["config"]["batch_size"], logged["data"]
+        (32, 'synthetic MNIST look-alike')
     """
     content = {"config": {**config.resume_settings(), "device_target": config.device_target, "mode": config.mode},
-               "epochs": history, "summary": summary}
+               "data": data, "epochs": history, "summary": summary}
 
     def write(temporary):
         with open(temporary, "w", encoding="utf-8") as f:
@@ -140,6 +144,7 @@ def write_plot(path, history):
     loss_axes.legend()
     accuracy_axes.plot(epochs, [100 * record["test_accuracy"] for record in history], "o-")
     accuracy_axes.set(xlabel="epoch", ylabel="%", title="Test accuracy")
+    accuracy_axes.set_ylim(top=min(accuracy_axes.get_ylim()[1], 100))  # the margin above 100% means nothing
     if noise:
         # The noise scale is a batch size: compare it with the effective batch micro-batch x N.
         noise_axes = axes[2]
