@@ -76,7 +76,7 @@ def ensure_corpus(data_dir=DEFAULT_TEXT_DIR, url=TINY_SHAKESPEARE_URL, size=CORP
         fetched = os.path.join(staging, os.listdir(staging)[0])
         problem = corpus_problem(fetched, size)
         if problem:
-            raise unavailable(f"the download {problem.replace(fetched, 'from there')}; nothing installed")
+            raise unavailable(f"{problem.replace(fetched, 'the file')}; nothing installed")
         os.makedirs(data_dir, exist_ok=True)
         os.replace(fetched, path)
     return path

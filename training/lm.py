@@ -21,7 +21,7 @@ from accumulator import write_atomically
 from data.mnist import Window, reading_order
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, decode, encode, ensure_corpus, split_corpus,
                        split_samples, synthetic_text)
-from data.tokens import PAD, pad_batch, padded_length, token_count
+from data.tokens import PAD, pad_batch, padded_length, token_count, window_batches
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
 from training.records import noise_suffix
@@ -134,36 +134,32 @@ class WarmupCosine(LearningRateSchedule):
 
 
 def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
-    """One epoch of ``samples`` as windows: every micro-batch of a window padded to the window's longest.
+    """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, L]``.
 
     The samples are read in ``data.mnist.reading_order`` (seeded, sharded,
-    dropping a short last batch on request); padded lengths are multiples of
-    ``PAD_MULTIPLE``, so whole windows take one of a few shapes. Each
-    :class:`~data.mnist.Window` holds ``(inputs, targets)`` Tensor pairs,
-    and ``stacked`` when its micro-batches have as many rows.
+    dropping a short last batch on request); a window's micro-batches are
+    padded to its longest sample, rounded up to ``PAD_MULTIPLE``, and a
+    short last micro-batch is filled with all-PAD rows, which hold no
+    targets: whole windows take one of a few shapes, and even the epoch's
+    last micro-batch runs the compiled step. Each :class:`~data.mnist.Window`
+    holds ``(inputs, targets)`` Tensor pairs and the same ``stacked``.
 
     Example:
         >>> samples = [encode("to be or not"), encode("to be"), encode("that is")]
         >>> windows = lm_windows(samples, 2, 2, shuffle=False, seed=0, drop_remainder=False,
         ...                      num_shards=None, shard_id=None)
-        >>> [[tuple(targets.shape) for _, targets in window] for window in windows]
-        [[(2, 32), (1, 32)]]
+        >>> [[(tuple(targets.shape), count_tokens(targets)) for _, targets in window] for window in windows]
+        [[((2, 32), 15), ((2, 32), 6)]]
     """
     order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    span = batch_size * accumulate_step
-    for start in range(0, len(order), span):
-        chunk = [samples[i] for i in order[start:start + span]]
-        longest = max(len(sample) for sample in chunk) - 1
-        pairs = [pad_batch(chunk[i:i + batch_size], PAD_MULTIPLE, length=longest)
-                 for i in range(0, len(chunk), batch_size)]
-        stacked = None
-        if len({inputs.shape for inputs, _ in pairs}) == 1:
-            stacked = tuple(ms.Tensor(np.stack(arrays)) for arrays in zip(*pairs))
-        yield Window([(ms.Tensor(inputs), ms.Tensor(targets)) for inputs, targets in pairs], stacked)
+    ordered = [samples[i] for i in order]
+    for inputs, targets, _ in window_batches(ordered, batch_size, accumulate_step, PAD_MULTIPLE):
+        yield Window([(ms.Tensor(x), ms.Tensor(y)) for x, y in zip(inputs, targets)],
+                     (ms.Tensor(inputs), ms.Tensor(targets)))
 
 
 def lm_batches(samples, batch_size, length):
-    """The validation pass: batches of ``min(batch_size, EVAL_ROWS)`` rows, all padded to ``[rows, length]``.
+    """The validation pass: batches of ``min(batch_size, EVAL_ROWS, len(samples))`` rows, all ``[rows, length]``.
 
     The last batch is filled with all-PAD rows, which hold no targets: every
     batch has one shape, so evaluation compiles once.
@@ -173,7 +169,7 @@ def lm_batches(samples, batch_size, length):
         >>> [(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in batches]
         [((2, 8), 8), ((2, 8), 4)]
     """
-    rows = min(batch_size, EVAL_ROWS)
+    rows = min(batch_size, EVAL_ROWS, len(samples))
     for start in range(0, len(samples), rows):
         inputs, targets = pad_batch(samples[start:start + rows], multiple=length)
         filler = ((0, rows - len(inputs)), (0, 0))
