@@ -57,7 +57,7 @@ def test_help_explains_every_flag():
     assert result.returncode == 0, result.stderr
     for flag in ("--device-target", "--mode", "--batch-size", "--accumulate-step", "--epochs", "--lr",
                  "--optimizer", "--data-dir", "--synthetic", "--seed", "--shuffle", "--no-shuffle",
-                 "--drop-last", "--ckpt-dir", "--resume", "--overwrite", "--log-json", "--plot"):
+                 "--drop-last", "--ckpt-dir", "--keep-checkpoints", "--resume", "--overwrite", "--log-json", "--plot"):
         assert flag in result.stdout
     assert "{CPU,GPU,Ascend}" in result.stdout and "{sgd,momentum,adam}" in result.stdout
     assert "--mnist-url" not in result.stdout  # hidden: tests and mirrors only

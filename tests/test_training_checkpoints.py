@@ -64,6 +64,20 @@ def test_resume_equals_an_uninterrupted_run_and_a_failed_save_keeps_the_last(syn
         train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir, resume=True, seed=1, **flags)
 
 
+def test_keep_checkpoints_keeps_the_newest_and_a_run_resumes_from_them(synthetic_mnist_dir, tmp_path,
+                                                                       train_mnist_run):
+    ckpt_dir = str(tmp_path / "ckpt")
+    flags = dict(optimizer="momentum", lr=0.05, ckpt_dir=ckpt_dir, keep_checkpoints=2)
+    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=3, **flags)
+    assert sorted(os.listdir(ckpt_dir)) == ["epoch_002.ckpt", "epoch_003.ckpt"]
+
+    os.remove(checkpoint_path(ckpt_dir, 3))  # as if stopped before epoch 3 ended: resume from the kept epoch 2
+    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=3, resume=True, **flags)
+    for name, value in uninterrupted.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    assert sorted(os.listdir(ckpt_dir)) == ["epoch_002.ckpt", "epoch_003.ckpt"]
+
+
 def test_a_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(synthetic_mnist_dir, tmp_path,
                                                                                  train_mnist_run, monkeypatch):
     ckpt_dir = str(tmp_path / "ckpt")

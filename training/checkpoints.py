@@ -146,7 +146,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
     leaves older checkpoints as they were. Ctrl-C or SIGTERM during the
     write (``training.interrupts``) takes effect once it is done. A write
     killed outright (SIGKILL) leaves a hidden temporary file; the next
-    save of that epoch, the first after resuming, removes it.
+    save of that epoch, the first after resuming, removes it. With
+    ``config.keep_checkpoints`` K, all but the newest K are removed then.
 
     Example:
         >>> import tempfile
@@ -169,6 +170,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
     # Only this run writes here (check_ckpt_dir), so any other is a killed run's.
     for leftover in unfinished_writes(path):
         os.remove(leftover)
+    if config.keep_checkpoints:
+        for older in find_checkpoints(config.ckpt_dir)[config.keep_checkpoints:]:
+            os.remove(older)
     return path
 
 

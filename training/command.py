@@ -21,8 +21,11 @@ from training.interrupts import Interrupted, signals_raise_interrupted
 from training.optimizers import MOMENTUM
 from training.outputs import check_outputs
 
+# The Python versions setup.py's python_requires allows (tests/test_wheel.py checks that they agree).
+PYTHON_VERSIONS = "3.9 to 3.11"
 EPILOG = ("Exit status: 0 on success, 1 when data, device, output paths or checkpoints fail, 2 for bad flags, "
-          "130 after Ctrl-C and 143 after SIGTERM (the last checkpoint stays whole; the message says how to resume).")
+          "130 after Ctrl-C and 143 after SIGTERM (the last checkpoint stays whole; the message says how to resume). "
+          f"Runs on Python {PYTHON_VERSIONS}.")
 
 
 def positive_int_or_auto(text):
@@ -102,6 +105,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample"):
                         help="save network, optimizer and accumulator state after every epoch as "
                              "DIR/epoch_NNN.ckpt (default: no checkpoints); a DIR holding another run's "
                              "checkpoints needs --resume or --overwrite")
+    output.add_argument("--keep-checkpoints", type=positive_int, default=None, metavar="K",
+                        help="keep only the newest K epoch checkpoints in --ckpt-dir, removing older ones as each "
+                             "new one is written (default: keep all)")
     output.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --ckpt-dir with its next epoch, "
                              "exactly as if never stopped (an error if there is none)")

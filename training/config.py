@@ -43,7 +43,8 @@ class TrainConfig:
     is ``batch_size``, and so on). ``rank`` and ``ranks`` are 0 and 1 until
     ``training.context.configure_context`` reads the real ones.
     ``accumulate_step`` is an int or ``"auto"`` (N follows the measured
-    noise scale, and ``track_noise`` is implied); ``check`` runs the
+    noise scale, and ``track_noise`` is implied); ``keep_checkpoints``
+    K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training. Bad values raise ``ValueError``
     naming the field and the value.
 
@@ -69,6 +70,7 @@ class TrainConfig:
     shuffle: bool = True
     drop_last: bool = False
     ckpt_dir: Optional[str] = None
+    keep_checkpoints: Optional[int] = None
     resume: bool = False
     overwrite: bool = False
     log_json: Optional[str] = None
@@ -97,9 +99,11 @@ class TrainConfig:
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
         for name in ("ckpt_dir", "log_json", "plot"):
             _optional_path(getattr(self, name), name)
-        for name in ("resume", "overwrite"):
+        if self.keep_checkpoints is not None:
+            positive_int(self.keep_checkpoints, "keep_checkpoints")
+        for name in ("resume", "overwrite", "keep_checkpoints"):
             if getattr(self, name) and self.ckpt_dir is None:
-                raise ValueError(f"{name}=True needs a ckpt_dir")
+                raise ValueError(f"{name}={getattr(self, name)!r} needs a ckpt_dir")
         if self.resume and self.overwrite:
             raise ValueError("resume=True continues the run in ckpt_dir, overwrite=True replaces it: pass one")
         if not 0 <= non_negative_int(self.rank, "rank") < self.ranks:
