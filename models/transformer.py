@@ -35,6 +35,8 @@ class Attention(nn.Cell):
         self.qkv = nn.Dense(width, 3 * width)
         self.out = nn.Dense(width, width)
         self.dropout = nn.Dropout(p=dropout)
+        # An attribute, not the module constant: amp O1 recompiles construct without this module's globals.
+        self.masked_score = MASKED_SCORE
 
     def construct(self, x, keep):
         batch, length, width = x.shape
@@ -46,7 +48,7 @@ class Attention(nn.Cell):
         positions = ops.cumsum(ops.ones_like(keep[0]).astype(ms.int32), 0)
         causal = positions.expand_dims(0) <= positions.expand_dims(1)          # [query, key]
         allowed = ops.logical_and(causal.expand_dims(0), keep.expand_dims(1))  # [batch, query, key]
-        scores = ops.where(allowed.expand_dims(1), scores, MASKED_SCORE)
+        scores = ops.where(allowed.expand_dims(1), scores, self.masked_score)
         weights = self.dropout(ops.softmax(scores, -1)).astype(v.dtype)
         mixed = ops.matmul(weights, v).transpose(0, 2, 1, 3).reshape(batch, length, width)
         return self.out(mixed)
