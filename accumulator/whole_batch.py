@@ -141,8 +141,7 @@ def _jit_backward(encoder, accumulator, last):
     grad_fn = ms.grad(contribution, None, accumulator.optimizer.parameters)
 
     def backward(inputs, sensitivities, count):
-        accumulator.accumulate(grad_fn(inputs, sensitivities), count, last)
-        return count
+        return accumulator.accumulate(grad_fn(inputs, sensitivities), count, last)
     return ms.jit(backward)
 
 
@@ -245,9 +244,7 @@ def make_whole_batch_step(encoder, loss_fn, accumulator, network=None, gather=No
         if int(accumulator.micro_step):
             raise ValueError(f"the accumulator's window already holds {int(accumulator.micro_step)} micro-batches: "
                              "a whole-batch window must start empty (flush it first)")
-        parts = []
-        for batch in window:
-            parts.append(_as_tuple(encode(ms.mutable(batch))))
+        parts = [_as_tuple(encode(ms.mutable(batch))) for batch in window]
         local = tuple(ops.concat(column) for column in zip(*parts))
         gathered = local if gather is None else tuple(gather(t) for t in local)
         loss, grads = representation_grads(ms.mutable(gathered))

@@ -1,5 +1,6 @@
 """Whole-batch losses under accumulation: the window applies exactly the large batch's gradient."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -9,9 +10,12 @@ from mindspore import Tensor, nn, ops
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
 from benchmarks.whole_batch import run
+from helpers import run_msrun
 
 # Relative to each gradient tensor's largest element, as check_equivalence's RTOL.
 RTOL = 1e-4
+# Pairs in tests/whole_batch_worker.py's window, split between two ranks.
+PAIRS = 12
 
 
 def tower(inputs, seed):
@@ -212,6 +216,21 @@ def test_data_parallel_ranks_pieces_sum_to_the_gradient_of_the_gathered_loss():
         set_weights(net, start)
 
     assert_close([a + b for a, b in zip(*pieces)], expected)
+
+
+@pytest.mark.slow
+def test_two_ranks_under_msrun_train_on_the_loss_over_both_ranks_pairs(tmp_path):
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "whole_batch_worker.py")
+    returncode, logs = run_msrun([worker, str(tmp_path / "rank_")], tmp_path / "logs", tmp_path)
+    assert returncode == 0, "".join(log[-2000:] for log in logs.values())
+    net = TwoTowers()
+    start = weights(net)
+    expected_loss, expected = large_batch(net, clip_loss, *pairs(PAIRS, 5))
+    for rank in (0, 1):
+        saved = np.load(tmp_path / f"rank_{rank}.npz")
+        assert bool(saved["updated"])
+        np.testing.assert_allclose(float(saved["loss"]), expected_loss, rtol=1e-5)
+        assert_close([before - saved[f"arr_{index}"] for index, before in enumerate(start)], expected)
 
 
 def test_layers_that_differ_between_the_two_passes_are_refused_by_name():
