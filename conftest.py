@@ -1,7 +1,10 @@
-"""Doctests run in an empty folder of their own, so their examples can write files by short relative names.
+"""The suite writes nothing into the checkout or wherever pytest was started, and doctests run in empty folders.
 
-MindSpore writes ``rank_0/om/analyze_fail.ir`` into the working directory when a graph fails to
-compile (tests make some fail on purpose); ``MS_OM_PATH`` sends it to pytest's temporary folder.
+MindSpore writes into the working directory: ``rank_0/om/analyze_fail.ir`` when a graph fails to
+compile (tests make some fail on purpose; ``MS_OM_PATH`` moves it, for the tests' subprocesses too),
+``rewritten_network/`` when ``amp.auto_mixed_precision`` rewrites a network. So the session runs
+in a temporary folder, and each doctest in an empty one of its own, where its examples can write
+files by short relative names.
 """
 import os
 
@@ -10,9 +13,12 @@ from _pytest.doctest import DoctestItem
 
 
 @pytest.fixture(autouse=True, scope="session")
-def compile_failures_outside_the_checkout(tmp_path_factory):
-    # Read when a compile fails, and inherited by the tests' subprocesses.
+def outside_the_checkout(tmp_path_factory):
     os.environ.setdefault("MS_OM_PATH", str(tmp_path_factory.mktemp("mindspore_om")))
+    started_in = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("working_directory"))
+    yield
+    os.chdir(started_in)
 
 
 @pytest.fixture(autouse=True)

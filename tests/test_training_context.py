@@ -1,9 +1,16 @@
-"""MindSpore's global settings for runs and for this suite: a graph that fails to compile leaves no file behind."""
+"""MindSpore's global settings for runs and for this suite: what MindSpore writes lands outside the checkout."""
 import os
 
 import mindspore as ms
 import numpy as np
 import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_suite_runs_outside_the_checkout():
+    # conftest.py: MindSpore writes rank_0/ and rewritten_network/ into the working directory.
+    assert os.path.commonpath([os.getcwd(), REPO_ROOT]) != REPO_ROOT
 
 
 def test_a_failed_compile_writes_its_report_outside_the_working_directory(tmp_path, monkeypatch):
