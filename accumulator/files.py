@@ -2,9 +2,10 @@
 import os
 import re
 import tempfile
+from typing import Any, Callable, List
 
 
-def write_atomically(path, write):
+def write_atomically(path: str, write: Callable[[str], Any]) -> None:
     """Calls ``write(temporary)`` on a file beside ``path``, then renames it over ``path``.
 
     The rename is atomic on one file system, so a reader (or a run resumed
@@ -41,7 +42,7 @@ def _temporary_name(path):
     return f".{os.path.basename(path)}.", ".tmp" + os.path.splitext(path)[1]
 
 
-def unfinished_writes(path):
+def unfinished_writes(path: str) -> List[str]:
     """The temporary files that ``write_atomically(path, ...)`` calls killed mid-write left beside ``path``.
 
     A process killed with SIGKILL cannot remove its temporary file; it

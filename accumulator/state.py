@@ -1,9 +1,12 @@
 """Save and restore a training run, accumulator included, mid-window and exactly."""
+from typing import Any, Dict, Mapping, Optional, Union
+
 import numpy as np
 import mindspore as ms
-from mindspore import Parameter, Tensor, ops
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
+from accumulator.accumulator import Accumulator
 from accumulator.files import write_atomically
 
 
@@ -11,7 +14,9 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the objects it is being loaded into."""
 
 
-def training_state(network, optimizer, accumulator=None, loss_scaler=None, lr_scheduler=None):
+def training_state(network: nn.Cell, optimizer: Union[nn.Optimizer, NewOptimizer],
+                   accumulator: Optional[Accumulator] = None, loss_scaler: Optional[Any] = None,
+                   lr_scheduler: Optional[Any] = None) -> Dict[str, Parameter]:
     """Every Parameter a run needs to continue exactly, by checkpoint name.
 
     Holds the network's parameters (trainable or not), the optimizer's state
@@ -67,7 +72,10 @@ def group_learning_rates(optimizer):
     return [lr for lr in optimizer.lrs if isinstance(lr, Parameter)]
 
 
-def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None, extra=None, lr_scheduler=None):
+def save_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, NewOptimizer],
+                    accumulator: Optional[Accumulator] = None, loss_scaler: Optional[Any] = None,
+                    extra: Optional[Mapping[str, Union[int, float, str]]] = None,
+                    lr_scheduler: Optional[Any] = None) -> None:
     """Writes the run's state to ``path`` atomically.
 
     The file is written beside ``path`` under a temporary name and renamed
@@ -95,7 +103,9 @@ def save_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None
     write_atomically(path, lambda temporary: ms.save_checkpoint(entries, temporary, append_dict=dict(extra or {})))
 
 
-def load_checkpoint(path, network, optimizer, accumulator=None, loss_scaler=None, lr_scheduler=None):
+def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, NewOptimizer],
+                    accumulator: Optional[Accumulator] = None, loss_scaler: Optional[Any] = None,
+                    lr_scheduler: Optional[Any] = None) -> Dict[str, Any]:
     """Restores a run saved by ``save_checkpoint`` in place; returns ``extra``.
 
     Every value is checked against its Parameter (presence, shape, dtype,
