@@ -12,6 +12,7 @@ import mindspore as ms
 import pytest
 from mindspore import amp, mint, nn
 from mindspore.experimental import optim
+from mindspore.graph import api as graph_api
 
 from accumulator import Accumulator, make_window_step
 from data.tokens import pad_batch, random_sequences, window_batches
@@ -224,3 +225,58 @@ def test_bfloat16_parameters_train_a_window_within_bfloat16_of_the_large_batch()
 
     start, large = reference("nn.SGD")
     assert relative_change_error(window_update(bfloat16_lm, OPTIMIZERS["nn.SGD"], "eager"), large, start) < 3e-2
+
+
+# Compiles in an epoch of lengths 5-40 (docs/mindspore-behaviours.md, "A compile per padded length").
+
+EPOCH = random_sequences(24, VOCAB, min_length=5, max_length=40, seed=1)
+
+
+def compiles_during(run):
+    """How many graphs MindSpore compiled while ``run()`` ran (its cache of compiled phases grows by one each)."""
+    before = set(graph_api.ms_compile_cache)
+    run()
+    return len(set(graph_api.ms_compile_cache) - before)
+
+
+def small_lm():
+    return make_lm(width=32, depth=1, heads=2, max_length=48)
+
+
+def micro_step_epoch(dynamic):
+    """Weights and compiles after an epoch of jitted micro-steps on batches padded to a multiple of 16."""
+    net = small_lm()
+    accumulator = Accumulator(OPTIMIZERS["nn.SGD"](net.trainable_params()), accumulate_step=2)
+    grad_fn = ms.value_and_grad(TokenLoss(net), None, accumulator.optimizer.parameters, has_aux=True)
+
+    def step(inputs, targets):
+        (_, count), grads = grad_fn(inputs, targets)
+        return accumulator(grads, count)
+
+    step = ms.jit(step)
+    if dynamic:
+        any_shape = ms.Tensor(shape=[None, None], dtype=ms.int32)
+        step = ms.enable_dynamic(inputs=any_shape, targets=any_shape)(step)
+    batches = [tensors(*pad_batch(EPOCH[i:i + MICRO_BATCH], multiple=16)) for i in range(0, len(EPOCH), MICRO_BATCH)]
+    compiles = compiles_during(lambda: [step(*batch) for batch in batches])
+    return weights(net), compiles, {inputs.shape[1] for inputs, _ in batches}
+
+
+def test_bucketed_lengths_compile_once_per_bucket_and_dynamic_shapes_once():
+    bucketed, bucketed_compiles, widths = micro_step_epoch(dynamic=False)
+    dynamic, dynamic_compiles, _ = micro_step_epoch(dynamic=True)
+    assert len({len(s) - 1 for s in EPOCH}) > 10 and 1 < len(widths) <= 3
+    assert bucketed_compiles == len(widths)
+    assert dynamic_compiles == 1
+    for a, b in zip(bucketed, dynamic):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_window_step_compiles_once_per_window_length():
+    net = small_lm()
+    accumulator = Accumulator(OPTIMIZERS["nn.SGD"](net.trainable_params()), accumulate_step=2)
+    window_step = make_window_step(loss_sum_grad(TokenLoss(net), accumulator.optimizer.parameters), accumulator)
+    windows = list(window_batches(EPOCH, MICRO_BATCH, 2, multiple=16))
+    compiles = compiles_during(lambda: [window_step(*tensors(x, y), counts=c) for x, y, c in windows])
+    assert compiles == len({inputs.shape[2] for inputs, _, _ in windows}) < len(windows)
+    assert int(accumulator.update_count) == len(windows)
