@@ -18,6 +18,7 @@ from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch it
 from accumulator import write_atomically
+from accumulator.checks import positive_int
 from data.mnist import Window, reading_order
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, decode, encode, ensure_corpus, split_corpus,
                        split_samples, synthetic_text)
@@ -38,8 +39,8 @@ EVAL_ROWS = 256
 SYNTHETIC_BYTES = 60_000
 SYNTHETIC_DATA_SEED = 0
 SYNTHETIC_MARKER = "SYNTHETIC_NOT_SHAKESPEARE.txt"
-# Updates of linear warm-up before the cosine decay, as a fraction of the run's updates.
-WARMUP_FRACTION = 0.05
+# Updates of linear warm-up before the learning rate decays as 1 / sqrt(update).
+WARMUP_UPDATES = 10
 PROMPT = "KING"
 SAMPLE_TOKENS = 120
 SAMPLE_TEMPERATURE = 0.8
@@ -107,30 +108,29 @@ def count_one(labels):
     return 1
 
 
-class WarmupCosine(LearningRateSchedule):
-    """Linear warm-up over ``warmup`` updates to ``lr``, then a cosine decay to a tenth of it at ``total``.
+class WarmupInverseSqrt(LearningRateSchedule):
+    """``lr`` warmed up linearly over ``warmup`` updates, then decaying as ``1 / sqrt(update)``.
 
     The optimizer evaluates it at its ``global_step``, which the
     accumulator advances once per applied window: the schedule follows
-    updates, not micro-batches, and a checkpoint holds where it is.
+    updates, not micro-batches, and a checkpoint holds where it is. It does
+    not depend on the run's length, so a run resumed with more ``--epochs``
+    continues it exactly.
 
     Example:
-        >>> schedule = WarmupCosine(1.0, warmup=2, total=10)
-        >>> [round(float(schedule(ms.Tensor(step, ms.int32))), 3) for step in (0, 1, 2, 10)]
-        [0.5, 1.0, 1.0, 0.1]
+        >>> schedule = WarmupInverseSqrt(1.0, warmup=4)
+        >>> [round(float(schedule(ms.Tensor(step, ms.int32))), 3) for step in (0, 3, 15)]
+        [0.25, 1.0, 0.5]
     """
 
-    def __init__(self, lr, warmup, total):
+    def __init__(self, lr, warmup):
         super().__init__()
         self.lr = float(lr)
-        self.warmup = float(max(warmup, 1))
-        self.decay = float(max(total - warmup, 1))
+        self.warmup = float(positive_int(warmup, "warmup"))
 
     def construct(self, global_step):
-        step = global_step.astype(ms.float32)
-        progress = ops.clip_by_value((step - self.warmup) / self.decay, 0.0, 1.0)
-        decayed = 0.1 + 0.45 * (1.0 + ops.cos(progress * math.pi))
-        return self.lr * ops.minimum((step + 1.0) / self.warmup, decayed)
+        update = global_step.astype(ms.float32) + 1.0
+        return self.lr * ops.minimum(update / self.warmup, ops.sqrt(self.warmup / update))
 
 
 def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
@@ -190,7 +190,7 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     tokens, so windows equal the large batch; ``"micro-batch-mean"`` takes
     each micro-batch's mean and counts each micro-batch once, the mean of
     means a naive loop computes (its reported losses are means of means too).
-    The learning rate warms up and decays per update (``WarmupCosine``).
+    The learning rate warms up and decays per update (``WarmupInverseSqrt``).
 
     Example:
         >>> _ = open("input.txt", "w").write(synthetic_text(3000))
@@ -206,11 +206,6 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     mean = loss == "micro-batch-mean"
     epoch_tokens = _targets(train)
     positions = padded_length(max_length, PAD_MULTIPLE)  # the longest padded batch
-
-    def learning_rate(config):
-        per_rank = -(-len(train) // config.ranks)
-        total = config.epochs * -(-per_rank // (config.batch_size * config.first_step))
-        return WarmupCosine(config.lr, round(total * WARMUP_FRACTION), total)
 
     def measure(record, history):
         updates = record["updates"] - (history[-1]["updates"] if history else 0)
@@ -228,7 +223,7 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
         test_batches=functools.partial(lm_batches, validation, length=positions),
         count=count_one if mean else count_tokens,
         correct=correct_fraction if mean else correct_tokens,
-        learning_rate=learning_rate,
+        learning_rate=lambda config: WarmupInverseSqrt(config.lr, WARMUP_UPDATES),
         measure=measure,
         epoch_line=lm_epoch_line,
         summary_line=functools.partial(lm_summary_line, epoch_tokens=epoch_tokens),

@@ -1,0 +1,132 @@
+"""scripts/train_lm.py as its user meets it: flags, one-line errors, offline data, exact resume, signals, logs.
+
+What the run computes is tested in tests/test_training_lm.py; the machinery shared with the MNIST tool
+(checkpoints, interrupts, outputs) in tests/test_training_*.py.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+import training.lm
+from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
+from training.lm import SYNTHETIC_MARKER
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_lm.py")
+UNREACHABLE_URL = "http://127.0.0.1:9/input.txt"
+TINY = ["--width", "32", "--depth", "1", "--max-length", "64", "--batch-size", "4", "--accumulate-step", "2",
+        "--sample-tokens", "0"]
+pytestmark = pytest.mark.usefixtures("restore_mode")
+
+
+@pytest.fixture
+def small_synthetic(monkeypatch):
+    """--synthetic writes 3,000 bytes (about 40 samples) instead of the tool's default."""
+    monkeypatch.setattr(training.lm, "SYNTHETIC_BYTES", 3000)
+
+
+def refused(capsys, argv, message, status=1):
+    """main(argv) ends with ``status`` and prints nothing but the one line ``message`` (a prefix, for status 2)."""
+    with pytest.raises(SystemExit) as caught:
+        train_lm.main(argv)
+    out, err = capsys.readouterr()
+    assert (caught.value.code, out) == (status, "")
+    if status == 1:
+        assert err == f"error: {message}\n"
+    else:
+        assert err.startswith("usage: train_lm.py") and f"train_lm.py: error: {message}" in err
+        assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--loss", "mean"], "argument --loss: unknown value 'mean': choose token-sum, micro-batch-mean"),
+    (["--optimizer", "lamb"], "argument --optimizer: unknown value 'lamb': choose adamw, adam, sgd, momentum"),
+    (["--max-length", "1"], "argument --max-length: must be an integer of at least 2, got 1"),
+    (["--width", "30"], "--width 30 must be a multiple of --heads 4"),
+    (["--accumulate-step", "auto", "--window-step"], "--accumulate-step auto changes N between windows"),
+])
+def test_bad_flags_are_one_usage_error_naming_the_flag(capsys, argv, message):
+    refused(capsys, argv, message, status=2)
+
+
+def test_offline_is_one_line_naming_the_address_and_the_file_and_leaves_nothing(tmp_path, capsys):
+    data_dir = tmp_path / "new" / "text"
+    with pytest.raises(SystemExit) as caught:
+        train_lm.main(["--data-dir", str(data_dir), "--text-url", UNREACHABLE_URL])
+    out, err = capsys.readouterr()
+    assert (caught.value.code, out) == (1, "")
+    assert err.startswith(f"error: Could not download Tiny Shakespeare from {UNREACHABLE_URL} (")
+    assert err.endswith(f"Save that file by hand as {data_dir / 'input.txt'}, or use --synthetic.\n")
+    assert err.count("\n") == 1 and os.listdir(tmp_path) == []
+
+
+def test_synthetic_text_and_the_corpus_are_never_mixed(tmp_path, capsys, small_synthetic):
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    (corpus_dir / "input.txt").write_text("First Citizen:\n")
+    refused(capsys, ["--synthetic", "--data-dir", str(corpus_dir)],
+            f"--synthetic will not write into --data-dir {corpus_dir}: it holds {corpus_dir / 'input.txt'}, which "
+            "--synthetic did not write; choose another folder")
+    synthetic_dir = tmp_path / "synthetic"
+    train_lm.main(["--synthetic", "--data-dir", str(synthetic_dir), "--epochs", "1", "--mode", "pynative", *TINY])
+    assert sorted(os.listdir(synthetic_dir)) == [SYNTHETIC_MARKER, "input.txt"]
+    capsys.readouterr()
+    refused(capsys, ["--data-dir", str(synthetic_dir)],
+            f"{synthetic_dir} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
+            f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
+
+
+def checkpoint(path):
+    """Every Tensor a checkpoint holds (network, optimizer, accumulator), as numpy; not its text (the history's timings)."""
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if not isinstance(value, str)}
+
+
+def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, capsys, small_synthetic):
+    common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
+              "--accumulate-step", "auto", *TINY[:-4]]
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--epochs", "1"])
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
+    out = capsys.readouterr().out
+    assert f"resumed from {tmp_path / 'cut' / 'epoch_001.ckpt'} (epoch 1)" in out
+    whole, resumed = checkpoint(tmp_path / "whole" / "epoch_002.ckpt"), checkpoint(tmp_path / "cut" / "epoch_002.ckpt")
+    assert sorted(whole) == sorted(resumed) and "accumulator.update_count" in whole
+    for name, value in whole.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+
+
+def test_window_step_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
+    summary = train_lm.main(["--synthetic", "--epochs", "2", "--window-step", "--check", "--track-noise",
+                             "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),
+                             *TINY[:-2], "--sample-tokens", "20"])
+    out = capsys.readouterr().out
+    assert "equivalence check: equivalent" in out
+    assert out.count("validation loss") == 3 and "tokens/s" in out and "noise scale" in out
+    assert "sample from 'KING', at temperature 0.8:\nKING" in out
+    log = json.load(open(tmp_path / "run.json"))
+    first, last = log["epochs"]
+    assert last["test_loss"] < first["test_loss"]  # it learns
+    assert last["perplexity"] == pytest.approx(np.exp(last["test_loss"]))
+    assert last["tokens_per_second"] > 0 and last["tokens_per_update"] > 8 * 10
+    assert log["summary"]["updates"] == summary["updates"] > 0
+    assert open(tmp_path / "run.png", "rb").read(4) == b"\x89PNG"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_the_run_with_its_status_a_line_and_no_temporary_text(signum, status):
+    process = subprocess.Popen([sys.executable, SCRIPT, "--synthetic", "--epochs", "50"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    first = process.stdout.readline()  # printed once the data is there, before training
+    os.kill(process.pid, signum)
+    out, err = process.communicate(timeout=120)
+    folder = os.path.dirname(first.split(" from ", 1)[1].split(":", 1)[0])
+    assert process.returncode == status, first + out + err
+    assert err.splitlines()[-1] == f"interrupted by {signal.Signals(signum).name}; nothing was saved (no --ckpt-dir)"
+    assert not os.path.exists(folder)
