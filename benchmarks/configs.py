@@ -1,17 +1,16 @@
 """What one benchmark run measures: the nets, the runtime settings, the configurations.
 
 A configuration is a plain dict (JSON goes to the worker as it is): ``kind``
-(``"speed"`` or ``"memory"``), ``net`` and its ``hidden`` width,
-``contender``, ``mode``, ``blocking`` (the runtime setting), ``batch`` B and
-``accumulate`` N. The value parsers below check the command line's values
+(``"speed"`` or ``"memory"``), ``net`` and its sizes (``benchmarks.nets``),
+``contender``, ``mode``, ``blocking`` (the runtime setting), ``optimizer``,
+``batch`` B and ``accumulate`` N. The value parsers below check the command line's values
 before any worker starts.
 """
 import argparse
 import math
 
 from benchmarks.contenders import CONTENDERS
-
-NETS = {"mnist": 512, "wide": 4096}
+from benchmarks.nets import NETS
 MODES = ("graph", "pynative")
 BLOCKING_ENV = "MS_DEV_HOST_BLOCKING_RUN"
 # "1": variable set, "": removed from the worker's environment.
@@ -20,10 +19,11 @@ BLOCKING_SETTINGS = ("1", "")
 SWEPT = ("plain_full", "accumulator", "window")
 
 
-def make_configs(nets, modes, contenders, batch, accumulate, sweep=(), sweep_net="wide"):
+def make_configs(nets, modes, contenders, batch, accumulate, sweep=(), sweep_net="wide", optimizer="sgd"):
     """The measured configurations, in the order one repeat runs them.
 
-    ``contenders`` are names in ``CONTENDERS``. MindSpore rows run with the
+    ``contenders`` are names in ``CONTENDERS``, ``optimizer`` one of
+    ``contenders.OPTIMIZERS``. MindSpore rows run with the
     blocking runtime on and off, other frameworks' rows once, in mode
     ``eager``. ``sweep`` adds one memory row per N for each of ``SWEPT``.
 
@@ -42,14 +42,14 @@ def make_configs(nets, modes, contenders, batch, accumulate, sweep=(), sweep_net
                     continue
                 settings = BLOCKING_SETTINGS if contender.framework == "mindspore" else ("n/a",)
                 for blocking in settings:
-                    configs.append(dict(kind="speed", net=net, hidden=NETS[net], contender=name,
-                                        mode=mode, blocking=blocking, batch=batch, accumulate=accumulate))
+                    configs.append(dict(kind="speed", net=net, **NETS[net], contender=name, mode=mode,
+                                        blocking=blocking, optimizer=optimizer, batch=batch, accumulate=accumulate))
     # Peak memory against effective batch N x B: the plain step takes the
     # whole batch at once, the accumulator keeps B and takes N micro-steps.
     for n in sweep:
         for name in SWEPT:
-            configs.append(dict(kind="memory", net=sweep_net, hidden=NETS[sweep_net], contender=name,
-                                mode="graph", blocking="1", batch=batch, accumulate=n))
+            configs.append(dict(kind="memory", net=sweep_net, **NETS[sweep_net], contender=name, mode="graph",
+                                blocking="1", optimizer=optimizer, batch=batch, accumulate=n))
     return configs
 
 

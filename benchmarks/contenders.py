@@ -83,25 +83,28 @@ def available_contenders(experiments=False):
 
 # --------------------------------------------------------------------------- MindSpore
 
+OPTIMIZERS = ("sgd", "adam")
+
+
 def _setup(spec):
-    """Net, SGD optimizer, loss and fixed data of ``rows`` samples, as the worker's spec says."""
-    import numpy as np
+    """Net, optimizer (``spec["optimizer"]``, SGD by default), loss and fixed data of ``rows`` samples."""
     import mindspore as ms
     from mindspore import Tensor, nn
-    from models.mnist import MnistDenseNet, mnist_loss
+    from benchmarks.nets import mindspore_net, numpy_data
 
     ms.set_seed(0)
-    net = MnistDenseNet(hidden=spec["hidden"])
-    # Plain SGD: the cheapest update, so any per-micro-step overhead of an
-    # accumulator shows at its largest.
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
-    rng = np.random.default_rng(0)
+    net, loss_fn = mindspore_net(spec)
+    # Plain SGD by default: the cheapest update, so any per-micro-step
+    # overhead of an accumulator shows at its largest.
+    if spec.get("optimizer", "sgd") == "adam":
+        optimizer = nn.Adam(net.trainable_params(), learning_rate=1e-3)
+    else:
+        optimizer = nn.SGD(net.trainable_params(), learning_rate=0.01)
 
     def data(rows):
-        return (Tensor(rng.normal(size=(rows, 1, 28, 28)).astype(np.float32)),
-                Tensor(rng.integers(0, 10, rows).astype(np.int32)))
+        return tuple(Tensor(array) for array in numpy_data(spec, rows))
 
-    return net, optimizer, mnist_loss(), data
+    return net, optimizer, loss_fn, data
 
 
 def _jit(spec, fn):
@@ -127,7 +130,7 @@ def _plain(spec, rows):
     net, optimizer, loss_fn, data = _setup(spec)
     # Named functions only: the graph parser rejects lambdas not on a line of their own.
     def forward(x, y):
-        return loss_fn(net(x), y)
+        return loss_fn(net, x, y)
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 
@@ -164,7 +167,7 @@ def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False, re
     sink = None if read is None else Parameter(Tensor(0.0, ms.float32), name="read_sink", requires_grad=False)
 
     def forward(x, y):
-        return loss_fn(net(x), y) * scale
+        return loss_fn(net, x, y) * scale
 
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
 
@@ -221,6 +224,53 @@ def _build_boost(spec):
     return _accumulating(spec, make, pass_loss=True)
 
 
+def _host_applied(spec, make_accumulator, apply_name):
+    """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, and the window applied from the host.
+
+    The host counts the calls and runs ``apply_name``, compiled, once per
+    window: no branch in the micro-step graph for the gradients to cross.
+    """
+    import mindspore as ms
+    net, optimizer, loss_fn, data = _setup(spec)
+    accumulator = make_accumulator(optimizer, spec["accumulate"])
+
+    def forward(x, y):
+        return loss_fn(net, x, y)
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    def micro_step(x, y):
+        loss, grads = grad_fn(x, y)
+        accumulator.accumulate(grads)
+        return loss
+
+    micro_step, apply, (x, y) = ms.jit(micro_step), ms.jit(getattr(accumulator, apply_name)), data(spec["batch"])
+    calls = [0]
+
+    def step():
+        micro_step(x, y)
+        calls[0] += 1
+        if calls[0] % spec["accumulate"] == 0:
+            apply()
+
+    return Runner(step, spec["batch"], _nbytes(_state_of(accumulator)), _nbytes(optimizer.parameters),
+                  _ms_sync, _ms_weights(optimizer))
+
+
+@register("recommended", "the README's recommended step: accumulate(grads) in the jitted micro-step, the "
+          "window applied by a separate compiled call the host makes every N micro-steps", modes=("graph",))
+def _build_recommended(spec):
+    from accumulator import Accumulator
+    return _host_applied(spec, Accumulator, "flush")
+
+
+@register("flat", "design experiment: one flat buffer (a concat and one AssignAdd per micro-step, split once "
+          "per window), applied from the host; no checks or counts", modes=("graph",), experiment=True)
+def _build_flat(spec):
+    from benchmarks.flat import FlatAccumulator
+    return _host_applied(spec, FlatAccumulator, "apply")
+
+
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
 def _register_option(name, doc, **options):
     """An experiment row: the Accumulator with ``options``, in the per-micro-step step."""
@@ -274,12 +324,12 @@ def _stacked_window(spec):
     net, optimizer, loss_fn, data = _setup(spec)
 
     def forward(x, y):
-        return loss_fn(net(x), y)
+        return loss_fn(net, x, y)
 
     n, b = spec["accumulate"], spec["batch"]
     x, y = data(n * b)
     return (optimizer, ms.value_and_grad(forward, None, optimizer.parameters),
-            ops.reshape(x, (n, b, 1, 28, 28)), ops.reshape(y, (n, b)))
+            ops.reshape(x, (n, b) + x.shape[1:]), ops.reshape(y, (n, b) + y.shape[1:]))
 
 
 @register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
@@ -333,30 +383,47 @@ def _build_window_floor_checked(spec):
 
 # --------------------------------------------------------------------------- PyTorch (reference only)
 
-@register("torch_accumulate", "PyTorch eager reference: manual accumulation, loss / N, 2 threads",
-          framework="torch", modes=("eager",),
-          available=lambda: importlib.util.find_spec("torch") is not None)
-def _build_torch_accumulate(spec):
+def _has_torch():
+    return importlib.util.find_spec("torch") is not None
+
+
+def _torch(spec, accumulate):
+    """PyTorch's loop on the spec's net: the optimizer every call, or every ``accumulate`` calls on loss / N."""
     import torch
-    torch.set_num_threads(2)
+    from benchmarks.nets import numpy_data, torch_net
+    # One thread: with two on a busy 2-core machine its OpenMP workers spin
+    # against each other and a step takes 38x longer (docs/performance.md).
+    torch.set_num_threads(1)
     torch.manual_seed(0)
-    hidden, n = spec["hidden"], spec["accumulate"]
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-    x = torch.randn(spec["batch"], 1, 28, 28)
-    y = torch.randint(0, 10, (spec["batch"],))
+    net, loss_fn = torch_net(spec)
+    if spec.get("optimizer", "sgd") == "adam":
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    else:
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+    x, y = (torch.from_numpy(a) for a in numpy_data(spec, spec["batch"]))
     counter = [0]
 
     def step():
-        loss = torch.nn.functional.cross_entropy(net(x), y) / n
+        loss = loss_fn(net, x, y) / accumulate
         loss.backward()  # .grad is the accumulation buffer: 1.0x parameter bytes
         counter[0] += 1
-        if counter[0] % n == 0:
+        if counter[0] % accumulate == 0:
             optimizer.step()
             optimizer.zero_grad(set_to_none=False)
         return loss
 
     param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
-    return Runner(step, spec["batch"], param_bytes, param_bytes, sync=lambda: None,
+    return Runner(step, spec["batch"], param_bytes if accumulate > 1 else 0, param_bytes, sync=lambda: None,
                   weights=lambda: [p.detach().numpy().copy() for p in net.parameters()])
+
+
+@register("torch_accumulate", "PyTorch eager reference: manual accumulation, loss / N, 1 thread",
+          framework="torch", modes=("eager",), available=_has_torch)
+def _build_torch_accumulate(spec):
+    return _torch(spec, spec["accumulate"])
+
+
+@register("torch_plain", "PyTorch eager reference: the optimizer every micro-step, 1 thread",
+          framework="torch", modes=("eager",), available=_has_torch)
+def _build_torch_plain(spec):
+    return _torch(spec, 1)

@@ -26,13 +26,14 @@ def measure_paired(spec):
     """Builds every contender in ``spec["contenders"]`` here and times their blocks in turn.
 
     Returns ``block_ms``: for each contender, milliseconds per micro-batch
-    of B samples in each of ``spec["blocks"]`` rounds.
+    of B samples in each of ``spec["blocks"]`` rounds; and ``tensors``, the
+    net's parameter tensors.
 
     Example:
         >>> result = measure_paired(dict(contenders=["plain_micro", "accumulator"], hidden=8, batch=4,
         ...                              accumulate=2, device_target="CPU", seconds=0.02, blocks=2))
-        >>> {name: len(times) for name, times in result["block_ms"].items()}
-        {'plain_micro': 2, 'accumulator': 2}
+        >>> {name: len(times) for name, times in result["block_ms"].items()}, result["tensors"]
+        ({'plain_micro': 2, 'accumulator': 2}, 6)
     """
     use_mindspore("graph", spec["device_target"])
     runners = {}
@@ -43,7 +44,8 @@ def measure_paired(spec):
     for _ in range(spec["blocks"]):
         for name, (runner, calls) in runners.items():
             block_ms[name].append(time_block(runner, calls, spec["batch"]))
-    return dict(block_ms=block_ms)
+    tensors = len(next(iter(runners.values()))[0].weights())
+    return dict(block_ms=block_ms, tensors=tensors)
 
 
 def paired_rows(block_ms):
@@ -111,8 +113,42 @@ def format_paired(rows):
     return "\n".join(lines)
 
 
+# The summary's columns: (heading, contender, against): time per micro-step of one over the other's.
+SUMMARY = (("plain", "plain_micro", "plain_micro"), ("recommended", "recommended", "plain_micro"),
+           ("window", "window", "plain_micro"), ("accumulator(grads)", "accumulator", "plain_micro"),
+           ("tutorial", "tutorial", "plain_micro"), ("boost", "boost", "plain_micro"),
+           ("PyTorch", "torch_accumulate", "torch_plain"))
+
+
+def format_summary(results):
+    """One line per net: its tensors and each contender's time per micro-step against the plain step.
+
+    Medians of the paired ratios, the fastest blocks' ratio in brackets; the
+    PyTorch column is PyTorch's accumulation against PyTorch's plain step.
+
+    Example:
+        >>> block_ms = {"plain_micro": [2.0, 2.0], "recommended": [1.6, 1.8], "torch_plain": [1.0, 1.0],
+        ...             "torch_accumulate": [0.6, 0.7]}
+        >>> print(format_summary([dict(net="deep48", tensors=48, block_ms=block_ms)]))
+        net       tensors  plain           recommended     window          accumulator(grads) tutorial        boost           PyTorch
+        deep48         48  1.00x (1.00x)   0.85x (0.80x)                                                                      0.65x (0.60x)
+    """
+    lines = [f"{'net':9} {'tensors':>7}  " + " ".join(f"{heading:15}" for heading, _, _ in SUMMARY).rstrip()]
+    for result in results:
+        block_ms, cells = result["block_ms"], []
+        for _, contender, against in SUMMARY:
+            if contender in block_ms and against in block_ms:
+                times, base = block_ms[contender], block_ms[against]
+                median = statistics.median(t / b for t, b in zip(times, base))
+                cells.append(f"{median:.2f}x ({min(times) / min(base):.2f}x)")
+            else:
+                cells.append("")
+        lines.append((f"{result['net']:9} {result['tensors']:7}  " + " ".join(f"{c:15}" for c in cells)).rstrip())
+    return "\n".join(lines)
+
+
 def report(nets, contenders, batch, accumulate, seconds, blocks, device_target="CPU", timeout=300,
-           json_path=None, settings=None):
+           json_path=None, settings=None, optimizer="sgd"):
     """Runs one paired worker per net, prints each table and the targets it can judge; returns the exit status.
 
     0 when every worker ran, 1 when one failed.
@@ -123,10 +159,10 @@ def report(nets, contenders, batch, accumulate, seconds, blocks, device_target="
     """
     results, checks, status = [], [], 0
     for net in nets:
-        spec = dict(contenders=list(contenders), hidden=NETS[net], batch=batch, accumulate=accumulate,
-                    device_target=device_target, seconds=seconds, blocks=blocks)
+        spec = dict(contenders=list(contenders), **NETS[net], optimizer=optimizer, batch=batch,
+                    accumulate=accumulate, device_target=device_target, seconds=seconds, blocks=blocks)
         result = run_module("benchmarks.paired", spec, blocking="1", timeout=timeout)
-        print(f"paired, one process: {net} net, B={batch}, N={accumulate}, graph mode, {blocks} rounds")
+        print(f"paired, one process: {net} net, B={batch}, N={accumulate}, {optimizer}, graph mode, {blocks} rounds")
         if "error" in result:
             print(f"ERROR {result['error'].splitlines()[-1]}")
             status = 1
@@ -136,6 +172,9 @@ def report(nets, contenders, batch, accumulate, seconds, blocks, device_target="
         print(format_paired(rows))
         checks += check_paired_targets(net, accumulate, result["block_ms"])
         results.append(dict(spec, net=net, rows=rows, **result))
+    summary = [result for result in results if "rows" in result]
+    if summary:
+        print(format_summary(summary))
     if checks:
         print(format_targets(checks))
     load = note_load(results)

@@ -15,6 +15,8 @@ Examples:
     python scripts/benchmark.py --quick               # ~2 minutes (default run: ~20 on a 2-core CPU)
     python scripts/benchmark.py --json bench.json --plot bench.png
     python scripts/benchmark.py --nets wide --contenders plain_micro,accumulator
+    python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
+        --contenders plain_micro,recommended,window,accumulator,tutorial,boost,torch_plain,torch_accumulate
     python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
     python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step and PyTorch
 """
@@ -28,7 +30,7 @@ if REPO_ROOT not in sys.path:
 
 from benchmarks.analysis import best_rows, check_targets, summarize  # noqa: E402
 from benchmarks.configs import MODES, NETS, make_configs, name_list, positive, positive_int_list  # noqa: E402
-from benchmarks.contenders import CONTENDERS, available_contenders  # noqa: E402
+from benchmarks.contenders import CONTENDERS, OPTIMIZERS, available_contenders  # noqa: E402
 from benchmarks.report import finish, format_table  # noqa: E402
 from benchmarks.runner import run_configs  # noqa: E402
 
@@ -51,6 +53,8 @@ def parse_args(argv=None):
                         + "; with --end-to-end, the other mindspore.dataset pipelines")
     parser.add_argument("--modes", default="graph,pynative", type=name_list(MODES),
                         help="comma list of " + ", ".join(MODES))
+    parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
+                        help="the optimizer of every MindSpore and PyTorch row (issue 25's targets: adam)")
     parser.add_argument("--batch", "-B", type=positive(int), default=32, help="micro-batch size B")
     parser.add_argument("--accumulate", "-N", type=positive(int), default=None,
                         help="micro-batches per window N (default 8; with --end-to-end 2, as train_mnist.py)")
@@ -122,8 +126,9 @@ def main(argv=None):
     if args.paired:
         from benchmarks.paired import report as report_paired
         return report_paired(args.nets, names, args.batch, args.accumulate, args.seconds, args.blocks,
-                             args.device_target, args.timeout, args.json, vars(args))
-    configs = make_configs(args.nets, args.modes, names, args.batch, args.accumulate, args.sweep, args.sweep_net)
+                             args.device_target, args.timeout, args.json, vars(args), args.optimizer)
+    configs = make_configs(args.nets, args.modes, names, args.batch, args.accumulate, args.sweep, args.sweep_net,
+                           args.optimizer)
     runs = run_configs(configs, args.repeats, args.seconds, args.blocks, args.device_target, args.timeout)
     rows = summarize(runs)
     best = best_rows(rows)
