@@ -6,6 +6,7 @@ loss and each micro-batch's token count the window's update is the large
 batch's; the mean of micro-batch means is measurably not.
 """
 import functools
+import os
 
 import numpy as np
 import mindspore as ms
@@ -14,12 +15,14 @@ from mindspore import amp, mint, nn
 from mindspore.experimental import optim
 from mindspore.graph import api as graph_api
 
+import lm_distributed_worker
 from accumulator import Accumulator, make_window_step
 from data.tokens import pad_batch, random_sequences, window_batches
+from helpers import run_msrun
 from models.transformer import CausalLM, TokenLoss
 
 VOCAB, MICRO_BATCH, STEPS = 100, 4, 4
-SEQUENCES = random_sequences(MICRO_BATCH * STEPS, VOCAB, min_length=5, max_length=40, seed=0)
+SEQUENCES = lm_distributed_worker.SEQUENCES
 
 
 def tensors(*arrays):
@@ -280,3 +283,18 @@ def test_window_step_compiles_once_per_window_length():
     compiles = compiles_during(lambda: [window_step(*tensors(x, y), counts=c) for x, y, c in windows])
     assert compiles == len({inputs.shape[2] for inputs, _, _ in windows}) < len(windows)
     assert int(accumulator.update_count) == len(windows)
+
+
+@pytest.mark.slow
+def test_two_ranks_under_msrun_count_every_ranks_tokens(tmp_path):
+    """Each rank's window holds a different number of tokens; the update divides by both ranks' total."""
+    returncode, logs = run_msrun([os.path.join(os.path.dirname(__file__), "lm_distributed_worker.py"),
+                                  str(tmp_path / "rank_")], str(tmp_path / "logs"), str(tmp_path))
+    assert returncode == 0, "\n".join(log[-2000:] for log in logs.values())
+    start, large = large_batch_update(lm_distributed_worker.make_lm, OPTIMIZERS["nn.SGD"])
+    ranks = [np.load(tmp_path / f"rank_{rank}.npz") for rank in range(2)]
+    assert ranks[0]["tokens"] != ranks[1]["tokens"]
+    for rank in ranks:
+        assert int(rank["update_count"]) == 1
+        trained = [rank[f"arr_{i}"] for i in range(len(start))]
+        assert relative_change_error(trained, large, start) < 1e-5
