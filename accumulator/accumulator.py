@@ -24,8 +24,7 @@ _hyper_map = ops.HyperMap()
 _mul_no_nan = ops.MulNoNan()
 
 
-# Helpers live at module level: a lambda written inside an in-graph `if`
-# branch does not compile in MindSpore 2.10 ("have return node!").
+# Helpers live at module level: lambdas in in-graph branches do not compile (docs/mindspore-behaviours.md).
 def _as_buffer_dtype(buffer, grad):
     # Decided when the graph is built: a Cast to the same dtype is still a kernel per micro-step.
     if grad.dtype == buffer.dtype:
@@ -49,9 +48,7 @@ def _times(factor, grad):
 
 
 def _add_if(keep, buffer, grad):
-    # A multiply by the 0/1 ``keep``, not a branch: the window step calls this
-    # inside its while loop, and MindSpore 2.10 leaks memory on control flow
-    # nested in control flow.
+    # A multiply by the 0/1 ``keep``, not a branch inside the window step's loop (docs/mindspore-behaviours.md).
     return ops.assign_add(buffer, _times(keep, _as_buffer_dtype(buffer, grad)))
 
 
@@ -110,10 +107,7 @@ def _total(by_matmul, grads):
     """The float32 sum of every element of ``grads``, a 0-d Tensor."""
     if not by_matmul:
         return ops.addn(_hyper_map(_plain_sum, grads))
-    # Products with ones columns: MindSpore 2.10's CPU reductions (ReduceSum,
-    # AllFinite) run 8-15x slower than its MatMul over the same elements, and
-    # every kernel in a graph with branches costs tens of microseconds, so
-    # the row sums of all tensors are joined and summed by one more MatMul.
+    # Row sums joined, summed by one more MatMul: faster on CPU than ReduceSum (docs/mindspore-behaviours.md).
     column = ops.concat(_hyper_map(_row_sums, grads))
     return ops.matmul(ones((1, column.shape[0])), column).reshape(())
 
@@ -306,8 +300,7 @@ class Accumulator:
         self.spike_warmup = spike_warmup
         self.micro_batch_size = micro_batch_size
         self.track_noise = track_noise
-        # Decided here: MindSpore 2.10's graph code misreads `self.track_noise is True`
-        # when track_noise holds a str (the window's every add lost its norm).
+        # Decided here: graph code misreads `self.track_noise is True` for a str (docs/mindspore-behaviours.md).
         self._samples_last = track_noise is True
         # Sums by MatMul on CPU only: Ascend and GPU read their own overflow
         # status in ms.amp.all_finite, and Ascend may run a float32 MatMul in
@@ -414,9 +407,7 @@ class Accumulator:
         full = self.micro_step >= self.accumulate_step
         if flush is not False:
             full = ops.logical_or(full, flush)
-        # Branch on a name that is not returned, and return fresh constants:
-        # binding the condition to a name that is also returned makes
-        # MindSpore 2.10's graph compiler drop the branch.
+        # Branch on a name that is not returned, or the branch is dropped (docs/mindspore-behaviours.md).
         if full:
             if self._samples_last:
                 # Here, once a window: a norm per micro-step would cost a read of every gradient.
@@ -448,8 +439,7 @@ class Accumulator:
         return position
 
     def _count_one(self, count, kept):
-        # Not one helper returning (kept, position): MindSpore 2.10 then
-        # dropped add()'s writes wherever a caller left `kept` unused.
+        # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md).
         if self.skip_nonfinite != "micro_batch":
             return self.count(ONE_INT, count)
         weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
@@ -568,8 +558,7 @@ class Accumulator:
                 self._close_window()
             return self._update_if_ready()
         # Closed whether or not it holds anything, with nothing applied or
-        # skipped when empty: an `if` costs about 0.1 ms per call in MindSpore
-        # 2.10, and the window step flushes every window. Outside a branch,
+        # skipped when empty: no `if` to pay for every window (docs/mindspore-behaviours.md). Outside a branch,
         # the buffers are cleared after the update whatever happened, so the
         # update can scale them as it hands them over (no write-back pass).
         grads, factor = self._close_window(self.micro_step > 0, write_back=False)
@@ -578,11 +567,7 @@ class Accumulator:
         return updated
 
     def _update_if_ready(self, grads=None, factor=None, clear=True):
-        # A branch after the one that closed the window, never inside it:
-        # MindSpore 2.10 leaks host memory on every run of a graph with a
-        # data-dependent `if` nested in another (about 2 KB per micro-step on
-        # the MNIST net), so the window is closed in one branch and applied in
-        # a sibling on the flag the first one sets.
+        # A sibling of the closing branch, not inside it: nested `if`s leak (docs/mindspore-behaviours.md).
         if self.ready:
             return self._update(grads, factor, clear)
         return FALSE
@@ -598,8 +583,7 @@ class Accumulator:
         multiply per buffer writes the window back for the update branch to
         hand to the optimizer; a skipped or empty window is multiplied by 0,
         which MulNoNan makes a real 0 even for NaN or Inf. That costs no
-        branch: every call of a graph pays about 0.1 ms for each of its
-        branches, taken or not (MindSpore 2.10, CPU). Without ``write_back``
+        branch, which every call would pay for (docs/mindspore-behaviours.md). Without ``write_back``
         (``flush``, which clears the buffers after the update anyway) it
         returns the window's gradients and the scalar, for the update to
         multiply as it hands them over: a pass over the buffers less.
@@ -725,15 +709,36 @@ class Accumulator:
         return _all_finite(self.sum_by_matmul, grads)
 
     def _check_weight(self, weight):
-        if weight is not None and self.reduction != "mean":
-            raise ValueError("count weighting needs reduction='mean', got reduction='sum'")
+        if weight is not None:
+            self.check_counts()
+
+    def check_counts(self):
+        """Raises ValueError unless this accumulator takes counts (``reduction="mean"``).
+
+        Callers that receive counts in Python run it before anything compiles.
+
+        Example:
+            >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 2, reduction="sum").check_counts()
+            Traceback (most recent call last):
+            ...
+            ValueError: counts were given to an Accumulator with reduction='sum': counts weigh the window's mean, so use reduction='mean' with counts, or give none
+        """
+        if self.reduction != "mean":
+            raise ValueError(f"counts were given to an Accumulator with reduction='{self.reduction}': counts weigh "
+                             "the window's mean, so use reduction='mean' with counts, or give none")
 
     def _check_grads(self, grads):
+        # Runs while the step compiles, on shapes alone; the messages name
+        # value_and_grad's weights argument, the usual cause of a mismatch.
+        hint = "take them with ms.value_and_grad(forward, None, optimizer.parameters)"
+        if isinstance(grads, Tensor):
+            raise ValueError(f"grads must be a tuple with one gradient per optimizer parameter "
+                             f"({len(self._param_shapes)}), got one Tensor of shape {list(grads.shape)}: {hint}")
         if len(grads) != len(self._param_shapes):
-            raise ValueError(f"grads holds {len(grads)} tensors but the optimizer has "
-                             f"{len(self._param_shapes)} parameters")
+            raise ValueError(f"grads holds {len(grads)} gradients but the optimizer has "
+                             f"{len(self._param_shapes)} parameters: {hint}")
         for index, (grad, shape) in enumerate(zip(grads, self._param_shapes)):
             # Shapes are lists: the graph compiler prints a tuple (9,) as (9).
             if list(grad.shape) != shape:
                 raise ValueError(f"grads[{index}] has shape {list(grad.shape)}, expected {shape} "
-                                 "like the optimizer's parameter")
+                                 f"like the optimizer's parameter: {hint}")

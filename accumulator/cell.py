@@ -3,6 +3,7 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
 
+from accumulator.checks import boolean
 from accumulator.constants import ZERO_INT
 from accumulator.state import group_learning_rates
 
@@ -13,7 +14,15 @@ class AccumulationTrainCell(nn.Cell):
     Wraps a network that returns the loss and an ``Accumulator`` (which holds
     the optimizer). Each call computes one micro-batch's loss and gradients,
     accumulates them and returns the loss, so ``LossMonitor`` and friends see
-    micro-batch losses. Once ``FlushAtEpochEnd`` has told it the epoch's
+    micro-batch losses.
+
+    ``counts=True``: the network returns ``(loss_sum, count)``, a loss summed
+    over the micro-batch's samples or tokens and how many there are (a
+    float32 scalar); the cell passes the count to the accumulator, so the
+    update is the whole window's sum over its whole count: exact for
+    variable-length, padded batches, where a mean per micro-batch weighs a
+    short batch's tokens more. The cell then returns ``loss_sum / count``,
+    the micro-batch's mean loss per item. Needs ``reduction="mean"``. Once ``FlushAtEpochEnd`` has told it the epoch's
     length, the cell applies each epoch's last, partial window inside the
     epoch's last step, so every callback, ``ModelCheckpoint`` included, sees
     the window applied.
@@ -39,10 +48,27 @@ class AccumulationTrainCell(nn.Cell):
         >>> Model(cell).train(2, dataset, callbacks=[FlushAtEpochEnd(cell)], dataset_sink_mode=False)
         >>> int(accumulator.update_count)   # 6 micro-batches an epoch: a window of 4, then 2 flushed
         4
+
+    With a summed loss and its count (``counts=True``):
+        >>> class SummedLoss(nn.Cell):
+        ...     def __init__(self, net):
+        ...         super().__init__()
+        ...         self.net = net
+        ...     def construct(self, x, y):
+        ...         return ((self.net(x) - y) ** 2).sum(), ops.cast(y.shape[0], ms.float32)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.01), accumulate_step=4)
+        >>> cell = AccumulationTrainCell(SummedLoss(net), accumulator, counts=True)
+        >>> batch = (Tensor(np.ones((3, 3), np.float32)), Tensor(np.zeros((3, 2), np.float32)))
+        >>> _ = cell(*batch)
+        >>> float(accumulator.weight_total)
+        3.0
     """
 
-    def __init__(self, network, accumulator):
+    def __init__(self, network, accumulator, counts=False):
         super().__init__(auto_prefix=False)
+        if boolean(counts, "counts"):
+            accumulator.check_counts()
+        self.counts = counts
         self.network = network
         self.network.set_grad()
         self.accumulator = accumulator
@@ -58,10 +84,14 @@ class AccumulationTrainCell(nn.Cell):
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
+        # With counts, the count's own gradient is zero: it depends on no weight.
         grads = self.grad(self.network, self.weights)(*inputs)
         step = self.epoch_step + 1
         epoch_end = ops.logical_and(self.steps_per_epoch > 0, step >= self.steps_per_epoch)
         ops.assign(self.epoch_step, ops.select(epoch_end, ZERO_INT, step))
+        if self.counts:
+            loss_sum, count = loss
+            return ops.depend(loss_sum / count, self.accumulator(grads, count, flush=epoch_end))
         return ops.depend(loss, self.accumulator(grads, flush=epoch_end))
 
 

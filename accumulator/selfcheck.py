@@ -1,13 +1,14 @@
 """An equivalence self-check: does one accumulated window equal the large batch?
 
 ``check_equivalence`` runs the user's gradient function on each micro-batch
-of one window and on their concatenation, and compares the window's
-gradient, normalised as the Accumulator would normalise it, with the large
-batch's. It touches no weights, optimizer state or accumulator state, and
-when the two differ it names the likely reason: BatchNorm in training mode,
-dropout (or any randomness), uneven micro-batches without counts, a loss
-normalised the wrong way for the reduction, or a loss that is not a mean or
-sum over samples.
+of one window and on the large batch (their concatenation, or the batch
+the user builds), and compares the window's gradient, normalised as the
+Accumulator would normalise it, with the large batch's. It touches no
+weights, optimizer state or accumulator state, and when the two differ it
+reports what it measured: a factor between the two gradients, micro-batches
+the large batch weighs unevenly (uneven counts), two runs of the same batch
+that differ (randomness), and the layers in training mode that explain them
+(BatchNorm, dropout with a non-zero rate).
 """
 from dataclasses import dataclass
 
@@ -28,7 +29,10 @@ from accumulator.batchnorm import WindowBatchNorm
 RTOL = 1e-4
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+# mint.nn's Dropout and Dropout2d are DropoutExt and Dropout2dExt.
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.DropoutExt, nn.Dropout2dExt)
+# Relative weights this close to the micro-batches' sizes are the sizes.
+_SIZE_MATCH = 1e-3
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class EquivalenceReport:
     __str__ = summary
 
 
-def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=None, rtol=RTOL):
+def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=None, rtol=RTOL, large_batch=None):
     """Compares one accumulated window's gradient with the large batch's, changing nothing.
 
     Args:
@@ -79,7 +83,8 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
             -> (loss, grads)``, such as ``ms.value_and_grad(forward, None,
             optimizer.parameters)``.
         micro_batches: one window: a list of input tuples for ``grad_fn``.
-            The large batch is their concatenation along axis 0.
+            The large batch is their concatenation along axis 0, unless
+            ``large_batch`` is given.
         accumulator: the ``Accumulator`` the step feeds. Only its
             ``reduction``, optimizer and state sizes are read.
         counts: each micro-batch's sample (or token) count, as the step passes
@@ -89,6 +94,10 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
             statistics move on every forward pass in training mode).
         rtol: the largest difference, relative to each gradient tensor's
             largest element, still called equivalent (see ``RTOL``).
+        large_batch: the window's micro-batches as one input tuple for
+            ``grad_fn``, for micro-batches that do not concatenate: token
+            batches each padded to its own length, say, passed as all their
+            sequences padded together. Its count is the sum of ``counts``.
 
     The window's gradient is what the accumulator would apply: the micro-batch
     gradients summed in buffers of the parameters' dtype, then divided by the
@@ -127,10 +136,11 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
         ...e-0... of the gradient's size, ...e-0... absolute, tolerance 1e-04); accumulator state ...x the
         parameters' bytes (... / 32)
 
-    Uneven micro-batches averaged without counts are a mean of means:
+    Uneven micro-batches averaged without counts are a mean of means; the
+    check measures how the large batch weighs them:
         >>> uneven = [(Tensor(x[:2]), Tensor(y[:2])), (Tensor(x[2:]), Tensor(y[2:]))]
         >>> check_equivalence(grad_fn, uneven, accumulator).reasons
-        ('micro-batches of different sizes [2, 6] averaged without counts weigh each micro-batch alike, not each sample: take the gradient of a summed loss and pass counts',)
+        ("uneven counts: the large batch weighs the micro-batches 0.50, 1.50 times their mean weight (measured), the window weighs them alike; they hold 2, 6 samples: take the gradient of a loss summed over samples and pass each micro-batch's count",)
     """
     micro_batches = [tuple(batch) for batch in micro_batches]
     if not micro_batches:
@@ -139,26 +149,23 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
         counts = [float(c) for c in counts]
         if len(counts) != len(micro_batches):
             raise ValueError(f"counts must hold one number per micro-batch ({len(micro_batches)}), got {len(counts)}")
-        if accumulator.reduction != "mean":
-            raise ValueError("count weighting needs reduction='mean', got reduction='sum'")
+        accumulator.check_counts()
+    large_batch = _concatenate(micro_batches) if large_batch is None else tuple(large_batch)
     saved = _snapshot(network, accumulator)
     try:
-        window = _window_gradient(grad_fn, micro_batches, accumulator, counts)
-        large_batch = _concatenate(micro_batches)
+        window, micro_grads = _window_gradient(grad_fn, micro_batches, accumulator, counts)
         first = _as_float64(grad_fn(*large_batch)[1])
         second = _as_float64(grad_fn(*large_batch)[1])
     finally:
         _restore(saved)
     # The same batch twice: any difference is randomness, whatever op draws it.
-    # One comparison alone can pass by chance: MindSpore 2.10 draws the first
-    # dropout masks of each new input shape from the seed again, so the large
-    # batch's masks can be the micro-batches' end to end (seen in both modes).
+    # Twice: dropout masks repeat for each new input shape, so once can pass by chance (docs/mindspore-behaviours.md).
     noise = _differences(second, first)[1]
     reference = _normalise(first, window, accumulator.reduction, counts, len(micro_batches))
     max_abs, max_rel = _differences(window, reference)
     equivalent = max_rel <= rtol and noise <= rtol
-    reasons = () if equivalent else _reasons(window, reference, noise, micro_batches, accumulator, counts,
-                                             network, rtol)
+    reasons = () if equivalent else tuple(_reasons(window, reference, micro_grads, noise, micro_batches,
+                                                   accumulator, counts, network, rtol))
     if equivalent:
         verdict = "equivalent: the window's gradient is the large batch's, to float32 rounding"
     else:
@@ -169,19 +176,22 @@ def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=
 
 
 def _window_gradient(grad_fn, micro_batches, accumulator, counts):
-    """The update the accumulator would apply for this window, in its arithmetic, as float64."""
+    """The update the accumulator would apply for this window, in its arithmetic, as float64; and each micro-batch's."""
     sums = [np.zeros_like(buffer.asnumpy()) for buffer in accumulator.grad_buffers]
+    micro_grads = []
     for batch in micro_batches:
-        for total, grad in zip(sums, grad_fn(*batch)[1]):
+        grads = grad_fn(*batch)[1]
+        for total, grad in zip(sums, grads):
             total += grad.asnumpy().astype(total.dtype)
+        micro_grads.append(_as_float64(grads))
     if accumulator.reduction == "sum":
-        return [total.astype(np.float64) for total in sums]
+        return [total.astype(np.float64) for total in sums], micro_grads
     # The accumulator's float32 weight and its one multiply by 1 / weight.
     weight = np.float32(0)
     for count in counts or [1.0] * len(micro_batches):
         weight += np.float32(count)
     factor = np.float32(1) / weight
-    return [(total * factor.astype(total.dtype)).astype(np.float64) for total in sums]
+    return [(total * factor.astype(total.dtype)).astype(np.float64) for total in sums], micro_grads
 
 
 def _normalise(reference, window, reduction, counts, micro_steps):
@@ -196,24 +206,48 @@ def _normalise(reference, window, reduction, counts, micro_steps):
     return [grad * factor for grad in reference]
 
 
-def _reasons(window, reference, noise, micro_batches, accumulator, counts, network, rtol):
+def _reasons(window, reference, micro_grads, noise, micro_batches, accumulator, counts, network, rtol):
+    """What was measured to explain the difference, a list a caller may extend."""
     scale = _scale(window, reference)
     if noise <= rtol and _differences(window, [grad * scale for grad in reference])[1] <= rtol:
-        return (_scale_reason(scale, accumulator.reduction, counts),)
+        return [_scale_reason(scale, accumulator.reduction, counts)]
+    if noise <= rtol and counts is None and accumulator.reduction == "mean" and len(micro_batches) > 1:
+        weights, left = _micro_batch_weights(micro_grads, reference)
+        if left <= rtol:
+            return [_uneven_reason(weights, micro_batches)]
     reasons = _training_mode_reasons(network)
     if noise > rtol:
         reasons.append(f"randomness: two runs of the same large batch differ by {noise:.1e} of the gradient's size "
                        "(dropout or another random op in training mode; the window cannot draw the large batch's "
                        "random numbers)")
-    sizes = [int(batch[0].shape[0]) for batch in micro_batches]
-    if counts is None and accumulator.reduction == "mean" and len(set(sizes)) > 1:
-        reasons.append(f"micro-batches of different sizes {sizes} averaged without counts weigh each micro-batch "
-                       "alike, not each sample: take the gradient of a summed loss and pass counts")
     if not reasons:
-        reasons.append("a loss that is not a mean or sum of per-sample losses (it squares a batch mean, "
-                       "normalises over the batch, or otherwise couples samples): the mean of micro-batch "
-                       "gradients is not the large batch's gradient")
-    return tuple(reasons)
+        best = _differences(window, [grad * scale for grad in reference])[1]
+        reasons.append(f"no factor maps the window's gradient onto the large batch's (the best, {scale:.3g}x, "
+                       f"leaves {best:.1e} of the gradient's size), nor does weighting the micro-batches, and two "
+                       "runs agree: the loss or the model couples the samples of a batch (a loss over the whole "
+                       "batch, batch statistics), so the mean of micro-batch gradients is not the large batch's")
+    return reasons
+
+
+def _micro_batch_weights(micro_grads, reference):
+    """The weights ``w`` that best make ``sum(w_i * micro_grads[i])`` the reference, and the difference left."""
+    matrix = np.stack([np.concatenate([grad.ravel() for grad in grads]) for grads in micro_grads], axis=1)
+    target = np.concatenate([grad.ravel() for grad in reference])
+    weights = np.linalg.lstsq(matrix, target, rcond=None)[0]
+    fitted = [sum(w * grads[index] for w, grads in zip(weights, micro_grads)) for index in range(len(reference))]
+    return weights, _differences(fitted, reference)[1]
+
+
+def _uneven_reason(weights, micro_batches):
+    relative = weights / weights.mean()
+    sizes = np.array([int(batch[0].shape[0]) for batch in micro_batches], np.float64)
+    shown = ", ".join(f"{w:.2f}" for w in relative)
+    held = (f"they hold {', '.join(str(int(n)) for n in sizes)} samples"
+            if np.allclose(relative, sizes / sizes.mean(), rtol=_SIZE_MATCH) else
+            "in proportion to what each holds (tokens or samples), not to their sizes")
+    return (f"uneven counts: the large batch weighs the micro-batches {shown} times their mean weight (measured), "
+            f"the window weighs them alike; {held}: take the gradient of a loss summed over samples and pass "
+            "each micro-batch's count")
 
 
 def _scale_reason(scale, reduction, counts):
@@ -231,7 +265,8 @@ def _training_mode_reasons(network):
         return []
     batch_norms = [(name, cell) for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
                    and (cell.use_batch_statistics or (cell.use_batch_statistics is None and cell.training))]
-    dropouts = [name for name, cell in network.cells_and_names() if isinstance(cell, _DROPOUTS) and cell.training]
+    dropouts = [f"{name}, rate {_dropout_rate(cell):g}" for name, cell in network.cells_and_names()
+                if isinstance(cell, _DROPOUTS) and cell.training and _dropout_rate(cell) > 0]
     plain = [name for name, cell in batch_norms if not isinstance(cell, WindowBatchNorm)]
     converted = [name for name, cell in batch_norms if isinstance(cell, WindowBatchNorm)]
     reasons = []
@@ -246,6 +281,14 @@ def _training_mode_reasons(network):
     if dropouts:
         reasons.append(f"dropout in training mode ({', '.join(dropouts)}): every forward pass draws new masks")
     return reasons
+
+
+def _dropout_rate(cell):
+    """The probability of dropping an element: ``p`` or ``prob`` where the layer has one, else 1 - ``keep_prob``."""
+    for attribute in ("p", "prob"):
+        if getattr(cell, attribute, None) is not None:
+            return float(getattr(cell, attribute))
+    return 1.0 - float(cell.keep_prob)
 
 
 def _snapshot(network, accumulator):
@@ -265,8 +308,14 @@ def _restore(saved):
 
 
 def _concatenate(micro_batches):
-    columns = zip(*micro_batches)
-    return tuple(Tensor(np.concatenate([_numpy(item) for item in column])) for column in columns)
+    columns = [[_numpy(item) for item in column] for column in zip(*micro_batches)]
+    for index, column in enumerate(columns):
+        shapes = sorted({array.shape[1:] for array in column})
+        if len(shapes) > 1:
+            raise ValueError(f"the micro-batches' input {index} has different shapes beyond axis 0 "
+                             f"({', '.join(str(list(shape)) for shape in shapes)}), so they do not concatenate: "
+                             "pass large_batch=..., the window as one batch (e.g. all its sequences padded together)")
+    return tuple(Tensor(np.concatenate(column)) for column in columns)
 
 
 def _numpy(value):

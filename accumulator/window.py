@@ -14,8 +14,7 @@ from mindspore import Tensor, ops
 from accumulator.constants import ZERO_FLOAT, ZERO_INT
 
 
-# Module-level helpers, not lambdas or nested functions in the jitted code:
-# MindSpore 2.10 fails to compile lambdas inside in-graph branches.
+# Module-level helpers: lambdas in in-graph branches do not compile (docs/mindspore-behaviours.md).
 def _micro_batch(inputs, i):
     return [t[i] for t in inputs]
 
@@ -58,9 +57,7 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
     micro-steps and weight are counted once, after the loop, except what
     ``skip_nonfinite="micro_batch"`` keeps, which ``add`` tallies in the loop.
-    The losses are summed, not stored one by one: a write into a
-    ``[micro-batches]`` Tensor costs about 40 us per micro-batch in MindSpore
-    2.10's loop, 3% of the MNIST window at N=16, and a sum costs nothing.
+    The losses are summed, not stored one by one: a write per micro-batch costs time (docs/mindspore-behaviours.md).
     ``last``: the final micro-batch ends the window and is the one
     ``track_noise=True`` samples, so it runs after the loop and its count,
     through ``accumulate(..., last=True)``.
@@ -83,8 +80,7 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
 
 
 def _jit_loop(grad_fn, accumulator, apply, last):
-    # Chosen here, in Python: a constant `if` inside the graph's while loop
-    # miscompiled in MindSpore 2.10 (windows of one micro-batch went wrong).
+    # Chosen in Python: a constant `if` in the graph's while loop miscompiled (docs/mindspore-behaviours.md).
     if accumulator.skip_nonfinite == "micro_batch":
         add, count = _add_and_tally, _count_kept
     else:
@@ -110,25 +106,21 @@ def _jit_micro_step(grad_fn, accumulator, last):
     return ms.jit(micro_step)
 
 
-def _as_counts(counts, micro_steps):
+def _as_counts(counts, micro_steps, accumulator):
     """``counts`` as a float32 numpy ``[micro_steps]`` array (or None), sliced on the host."""
     if counts is None:
         return None
+    accumulator.check_counts()
     counts = counts.asnumpy() if isinstance(counts, Tensor) else np.asarray(counts)
     if counts.shape != (micro_steps,):
         raise ValueError(f"counts must hold one number per micro-batch, shape [{micro_steps}], "
                          f"got shape {list(counts.shape)}")
-    # One dtype for every call, so int and float counts share a graph. And
-    # counts become fresh Tensors, never views: MindSpore 2.10 misreads a view
-    # (``counts[0:3]``) passed straight into a compiled while loop, as 0 or
-    # stale values that change from call to call. Views inside a mutable
-    # tuple, as the stacked inputs are passed, are read correctly.
+    # One dtype, so int and float counts share a graph; a fresh array, never a view (docs/mindspore-behaviours.md).
     return counts.astype(np.float32)
 
 
 def _variables(tensors):
-    # A plain tuple of Tensors is a compile-time constant to ms.jit: every
-    # new window would recompile. mutable() makes its items graph inputs.
+    # mutable(): a plain tuple would be a compile-time constant, recompiled per window (docs/mindspore-behaviours.md).
     return ms.mutable(tuple(tensors))
 
 
@@ -237,7 +229,7 @@ def make_window_step(grad_fn, accumulator):
             return _run_micro_batches(list(inputs[0]), counts)
         micro_steps = _check_stacked(inputs)
         check_length(micro_steps)
-        return apply_loop(_variables(inputs), _tensor(_as_counts(counts, micro_steps)),
+        return apply_loop(_variables(inputs), _tensor(_as_counts(counts, micro_steps, accumulator)),
                           Tensor(micro_steps, ms.int32))
 
     def _run_micro_batches(micro_batches, counts):
@@ -246,7 +238,7 @@ def make_window_step(grad_fn, accumulator):
         micro_batches = [tuple(batch) for batch in micro_batches]
         micro_steps = len(micro_batches)
         check_length(micro_steps)
-        counts = _as_counts(counts, micro_steps)
+        counts = _as_counts(counts, micro_steps, accumulator)
         runs = _runs(micro_batches)
         if len(runs) == 1:
             # The common case stays one compiled call, flush included.

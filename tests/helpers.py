@@ -8,6 +8,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
+from data.tokens import PAD, pad_batch, random_sequences
 from training.optimizers import OPTIMIZERS, make_optimizer as training_optimizer
 
 
@@ -135,3 +136,68 @@ class Scale(nn.Cell):
 
     def construct(self, x):
         return (self.w.astype(ms.float32) * x).sum()
+
+
+TOKEN_VOCAB = 11
+
+
+class TokenNet(nn.Cell):
+    """A tiny language model: an embedding and a Dense layer over int32 tokens, logits [B, T, TOKEN_VOCAB]."""
+
+    def __init__(self, seed=0):
+        super().__init__()
+        ms.set_seed(seed)
+        self.embedding = nn.Embedding(TOKEN_VOCAB, 8)
+        self.dense = nn.Dense(8, TOKEN_VOCAB)
+
+    def construct(self, tokens):
+        return self.dense(self.embedding(tokens))
+
+
+class SummedTokenLoss(nn.Cell):
+    """``(inputs, targets) -> (loss_sum, count)``: cross-entropy summed over non-PAD targets, and their count."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.cross_entropy = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")
+
+    def construct(self, inputs, targets):
+        targets = targets.reshape((-1,))
+        losses = self.cross_entropy(self.net(inputs).reshape((-1, TOKEN_VOCAB)), targets)
+        mask = (targets != PAD).astype(ms.float32)
+        return (losses * mask).sum(), mask.sum()
+
+
+def token_windows(windows=2, accumulate_step=4, batch=2, seed=0):
+    """``windows`` lists of ``accumulate_step`` micro-batches of ``batch`` sequences, 3 to 14 tokens long."""
+    sequences = random_sequences(windows * accumulate_step * batch, TOKEN_VOCAB, min_length=3, max_length=14,
+                                 seed=seed)
+    micro_batches = [sequences[i:i + batch] for i in range(0, len(sequences), batch)]
+    return [micro_batches[i:i + accumulate_step] for i in range(0, len(micro_batches), accumulate_step)]
+
+
+def padded(sequences):
+    """``sequences`` padded into one ``(inputs, targets)`` pair of int32 Tensors."""
+    inputs, targets = pad_batch(sequences)
+    return Tensor(inputs), Tensor(targets)
+
+
+def token_large_batch_state(windows, optimizer_name):
+    """Optimizer state after one update per window on all its sequences padded together: summed loss / count."""
+    loss = SummedTokenLoss(TokenNet())
+    optimizer = make_optimizer(optimizer_name, loss.net.trainable_params())
+
+    def forward(inputs, targets):
+        loss_sum, count = loss(inputs, targets)
+        return loss_sum / count
+
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    @ms.jit
+    def step(inputs, targets):
+        optimizer(grad_fn(inputs, targets)[1])
+
+    for window in windows:
+        step(*padded([sequence for micro_batch in window for sequence in micro_batch]))
+    return optimizer_state(optimizer)

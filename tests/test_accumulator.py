@@ -238,8 +238,16 @@ def test_mismatched_grads_are_rejected_before_any_state_changes(mode):
     optimizer = make_optimizer("sgd", net.trainable_params())
     accumulator = Accumulator(optimizer, 2)
     grads = tuple(ops.ones_like(p) for p in optimizer.parameters)
-    with pytest.raises(ValueError, match="grads holds 3 tensors but the optimizer has 4 parameters"):
+    with pytest.raises(ValueError, match="grads holds 3 gradients but the optimizer has 4 parameters"):
         accumulator(grads[:3])
+    # value_and_grad(forward) without weights: the gradient of the first input, one Tensor.
+    one_tensor = Tensor(np.ones((8, 6), np.float32))
+    single = (r"grads must be a tuple with one gradient per optimizer parameter \(4\), got one Tensor of shape "
+              r"\[8, 6\]: take them with ms.value_and_grad\(forward, None, optimizer.parameters\)")
+    with pytest.raises(ValueError, match=single):
+        accumulator(one_tensor)
+    with pytest.raises(ValueError, match=single):
+        ms.jit(accumulator.__call__)(one_tensor)
     wrong_shape = grads[:1] + (ops.ones((9,), ms.float32),) + grads[2:]
     with pytest.raises(ValueError, match=r"grads\[1\] has shape \[9\], expected \[8\]"):
         ms.jit(accumulator.__call__)(wrong_shape)
@@ -251,7 +259,7 @@ def test_count_with_sum_reduction_is_rejected():
     optimizer = make_optimizer("sgd", make_net().trainable_params())
     accumulator = Accumulator(optimizer, 2, reduction="sum")
     grads = tuple(ops.ones_like(p) for p in optimizer.parameters)
-    with pytest.raises(ValueError, match="count weighting needs reduction='mean'"):
+    with pytest.raises(ValueError, match="counts were given to an Accumulator with reduction='sum'"):
         accumulator(grads, Tensor(3, ms.int32))
     assert int(accumulator.micro_step) == 0
 
@@ -290,3 +298,46 @@ def test_attached_members_ride_the_reducer_and_hear_of_every_window(mode):
     assert_states_close(optimizer_state(optimizer), expected)
     assert (float(log.reduced), int(log.applied)) == (6.0, 1)
     assert [p.name for p in accumulator.state_parameters()][-3:] == ["log.local", "log.reduced", "log.applied"]
+
+
+def float32_ones_and_zeros(monkeypatch):
+    """Replaces ops.ones/ops.zeros as mindnlp 0.3 does at import: ``(*size, dtype=None)``, float32 whatever is asked."""
+    for name in ("ones", "zeros"):
+        def patched(*size, dtype=None, original=getattr(ops, name)):
+            shape = size[0] if size and isinstance(size[0], (tuple, list)) else tuple(
+                s for s in size if isinstance(s, int))
+            return original(shape, dtype or ms.float32)
+        monkeypatch.setattr(ops, name, patched)
+
+
+def window_counts_run(sizes):
+    """Per micro-step with counts, then the same window by make_window_step: the optimizer's state after each."""
+    x, y = make_data(2 * sum(sizes))
+    states = []
+    for window_step in (False, True):
+        net = make_net()
+        optimizer = make_optimizer("momentum", net.trainable_params())
+        accumulator = Accumulator(optimizer, len(sizes))
+        grad_fn = grad_fn_for(net, optimizer, "sum")
+        if window_step:
+            window = [tuple(batch) for batch in split(x, y, sizes)]
+            make_window_step(grad_fn, accumulator)(window, counts=sizes)
+        else:
+            step = accumulated_step(accumulator, grad_fn, with_count=True)
+            for data, label in split(x, y, sizes):
+                step(data, label, Tensor(len(data), ms.int32))
+        assert int(accumulator.update_count) == 1
+        states.append(optimizer_state(optimizer))
+    return states
+
+
+def test_a_library_patching_ops_ones_and_zeros_changes_nothing(monkeypatch):
+    sizes = [3, 3, 2]
+    expected = window_counts_run(sizes)
+    with monkeypatch.context() as patch:
+        float32_ones_and_zeros(patch)
+        assert ops.ones((), ms.int32).dtype == ms.float32   # the patch bites
+        patched = window_counts_run(sizes)
+    assert ops.ones((), ms.int32).dtype == ms.int32
+    for actual, reference in zip(patched, expected):
+        assert_states_close(actual, reference, rtol=0, atol=0)

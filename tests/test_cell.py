@@ -1,7 +1,8 @@
-"""Model.train with AccumulationTrainCell equals the hand-written jitted loop."""
+"""Model.train with AccumulationTrainCell equals the hand-written jitted loop and, with token counts, the large batch."""
 import os
 
 import numpy as np
+import pytest
 import mindspore as ms
 import mindspore.dataset as ds
 from mindspore import nn
@@ -9,7 +10,8 @@ from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 from accumulator import Accumulator, load_checkpoint
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
-from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
+from helpers import (SummedTokenLoss, TokenNet, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
+                     optimizer_state, padded, split, token_large_batch_state, token_windows)
 
 EPOCHS = 2
 MICRO_BATCH = 4
@@ -113,3 +115,55 @@ def test_resuming_from_any_model_checkpoint_file_ends_as_the_uninterrupted_run(t
         actual, updates = model_train_run(x, y, resume_from=str(tmp_path / name))
         assert updates == expected_updates, name
         assert_states_close(actual, expected, rtol=0, atol=1e-6)
+
+
+class MeanTokenLoss(nn.Cell):
+    """The mean of micro-batch means: each micro-batch's summed loss over its own count."""
+
+    def __init__(self, summed):
+        super().__init__()
+        self.summed = summed
+
+    def construct(self, inputs, targets):
+        loss_sum, count = self.summed(inputs, targets)
+        return loss_sum / count
+
+
+def token_model_train(windows, counts, checkpoint_dir=None, resume_from=None):
+    """Model.train for one epoch over padded micro-batches of varying lengths, N = a window's micro-batches."""
+    loss = SummedTokenLoss(TokenNet())
+    optimizer = make_optimizer("momentum", loss.net.trainable_params())
+    accumulator = Accumulator(optimizer, len(windows[0]))
+    cell = AccumulationTrainCell(loss if counts else MeanTokenLoss(loss), accumulator, counts=counts)
+    micro_batches = [padded(batch) for window in windows for batch in window]
+    dataset = ds.GeneratorDataset([(i.asnumpy(), t.asnumpy()) for i, t in micro_batches], ["inputs", "targets"],
+                                  shuffle=False)
+    callbacks = [FlushAtEpochEnd(cell)]
+    if checkpoint_dir:
+        callbacks.append(ModelCheckpoint("run", checkpoint_dir, CheckpointConfig(keep_checkpoint_max=100)))
+    if resume_from:
+        load_checkpoint(resume_from, cell, optimizer, accumulator)
+        dataset.set_init_step(int(os.path.basename(resume_from)[len("run-1_"):-len(".ckpt")]))
+    Model(cell).train(1, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    assert int(accumulator.update_count) == len(windows)
+    return optimizer_state(optimizer)
+
+
+def test_model_train_with_token_counts_equals_the_large_batch(tmp_path):
+    windows = token_windows()
+    shapes = {tuple(padded(batch)[0].shape) for window in windows for batch in window}
+    assert len(shapes) > 1   # micro-batches padded to different lengths
+    expected = token_large_batch_state(windows, "momentum")
+
+    assert_states_close(token_model_train(windows, True, checkpoint_dir=str(tmp_path)), expected)
+    # A file saved mid-window (3 of the second window's 4) resumes to the same end.
+    assert_states_close(token_model_train(windows, True, resume_from=str(tmp_path / "run-1_7.ckpt")), expected)
+    mean_of_means = token_model_train(windows, False)
+    assert max(float(np.abs(mean_of_means[k] - expected[k]).max()) for k in expected) > 1e-3
+
+
+def test_counts_need_a_mean_accumulator_before_anything_compiles():
+    loss = SummedTokenLoss(TokenNet())
+    accumulator = Accumulator(make_optimizer("sgd", loss.net.trainable_params()), 2, reduction="sum")
+    with pytest.raises(ValueError, match="counts were given to an Accumulator with reduction='sum'"):
+        AccumulationTrainCell(loss, accumulator, counts=True)

@@ -7,7 +7,8 @@ from mindspore import Tensor, nn
 from accumulator import Accumulator, convert_batchnorm
 from accumulator.selfcheck import check_equivalence
 from accumulator.state import training_state
-from helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, split
+from helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
+                     padded, split, token_windows)
 from models.mnist import MnistDenseNet, mnist_loss
 
 # One buffer per parameter, plus a few scalar counters (5 of 4 bytes today): the bound on the rest.
@@ -75,12 +76,49 @@ def test_counts_with_a_summed_loss_on_uneven_micro_batches_are_equivalent(mode):
 
 
 def test_uneven_micro_batches_without_counts_are_a_mean_of_means(mode):
-    net, accumulator, grad_fn = _setup(accumulate_step=3)
+    # A dropout layer of rate 0 in training mode draws nothing: it must not be blamed.
+    net, accumulator, grad_fn = _setup(_net_with(nn.Dropout(p=0.0)), accumulate_step=3)
     report = check_equivalence(grad_fn, _window([5, 3, 8]), accumulator, network=net)
     assert not report.equivalent and report.max_rel_diff > 1e-2
     assert len(report.reasons) == 1
-    assert "different sizes [5, 3, 8]" in report.reasons[0] and "pass counts" in report.reasons[0]
+    # Measured weights 5, 3, 8 over their mean, 16/3.
+    assert report.reasons[0].startswith("uneven counts: the large batch weighs the micro-batches 0.94, 0.56, 1.50 ")
+    assert "they hold 5, 3, 8 samples" in report.reasons[0] and "pass each micro-batch's count" in report.reasons[0]
     assert report.verdict.startswith("NOT equivalent") and report.reasons[0] in report.verdict
+
+
+def _token_grad_fns(loss, parameters):
+    """The gradient of the summed token loss (for counts), and of each micro-batch's mean per token."""
+    def summed(inputs, targets):
+        return loss(inputs, targets)[0]
+
+    def mean(inputs, targets):
+        loss_sum, count = loss(inputs, targets)
+        return loss_sum / count
+
+    return ms.value_and_grad(summed, None, parameters), ms.value_and_grad(mean, None, parameters)
+
+
+def test_token_batches_padded_to_their_own_lengths_check_against_the_batch_padded_together(mode):
+    loss = SummedTokenLoss(TokenNet())
+    accumulator = Accumulator(make_optimizer("sgd", loss.net.trainable_params()), 4)
+    summed, mean = _token_grad_fns(loss, accumulator.optimizer.parameters)
+    window = token_windows(windows=1)[0]
+    micro_batches = [padded(batch) for batch in window]
+    assert len({tuple(inputs.shape) for inputs, _ in micro_batches}) > 1
+    large_batch = padded([sequence for batch in window for sequence in batch])
+    counts = [float((targets.asnumpy() != 0).sum()) for _, targets in micro_batches]
+    assert len(set(counts)) > 1
+
+    report = check_equivalence(summed, micro_batches, accumulator, counts=counts, network=loss, large_batch=large_batch)
+    assert report.equivalent, report
+    uneven = check_equivalence(mean, micro_batches, accumulator, network=loss, large_batch=large_batch)
+    assert not uneven.equivalent and len(uneven.reasons) == 1
+    relative = ", ".join(f"{c / np.mean(counts):.2f}" for c in counts)
+    assert uneven.reasons[0].startswith(f"uneven counts: the large batch weighs the micro-batches {relative} ")
+    assert "in proportion to what each holds (tokens or samples)" in uneven.reasons[0]
+    with pytest.raises(ValueError, match=r"input 0 has different shapes beyond axis 0 \(\[8\], \[16\]\).*large_batch="):
+        check_equivalence(summed, micro_batches, accumulator, counts=counts)
 
 
 @pytest.mark.parametrize("reduction, loss_reduction, counts", [
@@ -145,7 +183,7 @@ def test_dropout_is_named_and_seen_as_randomness_even_without_the_network(mode):
     net, accumulator, grad_fn = _setup(net)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)
     assert not report.equivalent
-    assert report.reasons[0].startswith("dropout in training mode (1)")
+    assert report.reasons[0].startswith("dropout in training mode (1, rate 0.5)")
     assert report.reasons[1].startswith("randomness: two runs of the same large batch differ")
     unnamed = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator)
     assert len(unnamed.reasons) == 1 and unnamed.reasons[0].startswith("randomness")
@@ -163,7 +201,7 @@ def test_a_loss_that_couples_samples_is_not_equivalent(mode):
     grad_fn = _coupled_grad_fn(net, accumulator.optimizer.parameters)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)
     assert not report.equivalent and report.max_rel_diff > 1e-2
-    assert len(report.reasons) == 1 and report.reasons[0].startswith("a loss that is not a mean or sum")
+    assert len(report.reasons) == 1 and report.reasons[0].startswith("no factor maps the window's gradient")
 
 
 def _state_bytes(net, accumulator):
@@ -206,5 +244,5 @@ def test_bad_arguments_are_rejected_before_anything_runs():
     with pytest.raises(ValueError, match="one number per micro-batch"):
         check_equivalence(grad_fn, _window([4, 4]), accumulator, counts=[4])
     _, summing, _ = _setup(reduction="sum")
-    with pytest.raises(ValueError, match="count weighting needs reduction='mean'"):
+    with pytest.raises(ValueError, match="counts were given to an Accumulator with reduction='sum'"):
         check_equivalence(grad_fn, _window([4, 4]), summing, counts=[4, 4])
