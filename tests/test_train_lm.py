@@ -130,3 +130,10 @@ def test_a_signal_ends_the_run_with_its_status_a_line_and_no_temporary_text(sign
     assert process.returncode == status, first + out + err
     assert err.splitlines()[-1] == f"interrupted by {signal.Signals(signum).name}; nothing was saved (no --ckpt-dir)"
     assert not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("synthetic", [[], ["--synthetic"]])
+def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, synthetic):
+    path = tmp_path / "text.txt"
+    path.write_text("")
+    refused(capsys, [*synthetic, "--data-dir", str(path)], f"--data-dir {path}: is a file; name a folder")

@@ -20,11 +20,12 @@ import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch i
 from accumulator import write_atomically
 from accumulator.checks import positive_int
 from data.mnist import Window, reading_order
-from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, decode, encode, ensure_corpus, split_corpus,
-                       split_samples, synthetic_text)
+from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem, decode, encode, ensure_corpus,
+                       split_corpus, split_samples, synthetic_text)
 from data.tokens import PAD, pad_batch, padded_length, token_count, window_batches
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
+from training.outputs import check_writable
 from training.records import noise_suffix
 from training.task import Task
 
@@ -314,6 +315,7 @@ def _write_marker(folder):
 
 
 def _synthetic(folder):
+    check_writable("--data-dir", folder, folder=True)
     refusal = f"--synthetic will not write into --data-dir {folder}"
     if os.path.realpath(folder) == os.path.realpath(DEFAULT_TEXT_DIR):
         raise TrainingError(f"{refusal}: Tiny Shakespeare is downloaded there; choose another folder, or leave "
@@ -341,7 +343,8 @@ def prepare_text(data_dir, synthetic, url, stack):
     synthetic text. The synthetic text (``SYNTHETIC_BYTES``) is written into
     ``data_dir``, marked with ``SYNTHETIC_MARKER``, or into a temporary
     folder that ``stack`` (a ``contextlib.ExitStack``) removes; never into
-    ``DEFAULT_TEXT_DIR`` nor over a corpus it did not write. Raises
+    ``DEFAULT_TEXT_DIR`` nor over a corpus it did not write. A folder to be
+    written must be writable (``training.outputs.check_writable``). Raises
     ``data.text.TextUnavailableError`` or ``TrainingError`` with a message
     meant for the user.
 
@@ -360,4 +363,6 @@ def prepare_text(data_dir, synthetic, url, stack):
     if is_synthetic(folder):
         raise TrainingError(f"{folder} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
                             f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
+    if corpus_problem(os.path.join(folder, CORPUS_FILE)):  # to be downloaded into
+        check_writable("--data-dir", folder, folder=True)
     return ensure_corpus(folder, url or data.text.TINY_SHAKESPEARE_URL)
