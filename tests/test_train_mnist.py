@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from data.idx import SPLIT_FILES, read_idx, write_idx_labels
-from data.mnist import MnistUnavailableError
+from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError
 from helpers import run_msrun
 from scripts import train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.checkpoints import save_epoch_checkpoint
@@ -44,10 +44,11 @@ def run_script(*argv, cwd=REPO_ROOT):
     return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-def refused(result, message):
-    """The run ended with status 1 and ``error: <message>`` as its only output: nothing was trained."""
-    assert (result.returncode, result.stdout) == (1, ""), result.stdout + result.stderr
-    assert result.stderr == f"error: {message}\n"
+def refused(capsys, message, *argv):
+    """``main(argv)`` ended with status 1 and ``error: <message>`` as its only output: nothing was trained."""
+    with pytest.raises(SystemExit) as caught:
+        train_mnist.main(list(argv))
+    assert (caught.value.code, *capsys.readouterr()) == (1, "", f"error: {message}\n")
 
 
 # ---------------------------------------------------------------- the command line
@@ -215,7 +216,7 @@ def test_corrupt_files_give_a_clear_error(synthetic_mnist_dir, tmp_path, monkeyp
     assert not os.path.exists(fresh_dir)
 
 
-def test_synthetic_data_never_lands_among_real_mnist_files(synthetic_mnist_dir, tmp_path):
+def test_synthetic_data_never_lands_among_real_mnist_files(synthetic_mnist_dir, tmp_path, capsys):
     # A folder holding MNIST files that are invalid or partial: they were replaced, silently.
     partial = shutil.copytree(synthetic_mnist_dir, tmp_path / "partial")
     truncated = os.path.join(partial, "test", SPLIT_FILES["test"][0])
@@ -223,16 +224,15 @@ def test_synthetic_data_never_lands_among_real_mnist_files(synthetic_mnist_dir, 
     os.remove(os.path.join(partial, "test", SPLIT_FILES["test"][1]))
     train_images = os.path.join(partial, "train", SPLIT_FILES["train"][0])
     before = {path: open(path, "rb").read() for path in (truncated, train_images)}
-    refused(run_script("--synthetic", "--data-dir", str(partial)),
-            f"--synthetic will not write into --data-dir {partial}: it holds MNIST files that --synthetic did not "
-            f"write ({train_images}); choose another folder")
+    refused(capsys, f"--synthetic will not write into --data-dir {partial}: it holds MNIST files that --synthetic "
+                    f"did not write ({train_images}); choose another folder", "--synthetic", "--data-dir", str(partial))
     assert {path: open(path, "rb").read() for path in before} == before
     assert not os.path.exists(os.path.join(partial, SYNTHETIC_MARKER))
 
     # The folder real MNIST is downloaded to, even empty.
-    refused(run_script("--synthetic", "--data-dir", "MNIST_Data"),
-            "--synthetic will not write into --data-dir MNIST_Data: real MNIST is downloaded there; choose another "
-            "folder, or leave out --data-dir for a temporary one")
+    refused(capsys, f"--synthetic will not write into --data-dir {DEFAULT_DATA_DIR}: real MNIST is downloaded there; "
+                    "choose another folder, or leave out --data-dir for a temporary one",
+            "--synthetic", "--data-dir", DEFAULT_DATA_DIR)
 
     # A folder --synthetic filled is marked: a run without --synthetic refuses it; the first line says which data.
     marked = str(tmp_path / "marked")
@@ -240,9 +240,9 @@ def test_synthetic_data_never_lands_among_real_mnist_files(synthetic_mnist_dir, 
         prepare_mnist(marked, synthetic=True, url=None, stack=stack)
     assert mnist_task(marked).description.startswith(f"synthetic MNIST look-alike from {marked}: 6000 train")
     assert mnist_task(synthetic_mnist_dir).description.startswith(f"MNIST from {synthetic_mnist_dir}: 200 train")
-    refused(run_script("--data-dir", marked, "--mnist-url", UNREACHABLE_URL),
-            f"{marked} holds the synthetic look-alike that --synthetic wrote, not MNIST ({SYNTHETIC_MARKER}): "
-            "add --synthetic to train on it, or choose another --data-dir")
+    refused(capsys, f"{marked} holds the synthetic look-alike that --synthetic wrote, not MNIST ({SYNTHETIC_MARKER}): "
+                    "add --synthetic to train on it, or choose another --data-dir",
+            "--data-dir", marked, "--mnist-url", UNREACHABLE_URL)
 
 
 # ---------------------------------------------------------------- checked before any work
@@ -264,22 +264,15 @@ def _outputs_case(tmp_path, case):
 
 @pytest.mark.parametrize("case", ["ckpt-dir is a file", "log-json is a folder", "log-json under a file",
                                   "log-json in /proc", "plot under a file"])
-def test_an_output_that_cannot_be_written_is_refused_before_any_work(synthetic_mnist_dir, tmp_path, case):
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(synthetic_mnist_dir, tmp_path, capsys, case):
     # Tests run as root here, for whom no permission bit refuses a write: a file in the way does, and /proc.
     if case.startswith("plot"):
         pytest.importorskip("matplotlib")
     (tmp_path / "a_file").write_text("")
     argv, message = _outputs_case(tmp_path, case)
     # --ckpt-dir a valid one, so that each case is refused for its own flag and nothing else.
-    refused(run_script("--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(tmp_path / "ckpt"), *argv), message)
+    refused(capsys, message, "--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(tmp_path / "ckpt"), *argv)
     assert os.listdir(tmp_path) == ["a_file"]  # nothing created, not even the valid --ckpt-dir
-
-
-def _refused_before_training(argv, monkeypatch, capsys, message):
-    monkeypatch.setattr(train_mnist, "train", lambda *args, **kwargs: pytest.fail("training started"))
-    with pytest.raises(SystemExit) as caught:
-        train_mnist.main(argv)
-    assert (caught.value.code, capsys.readouterr().err) == (1, f"error: {message}\n")
 
 
 @pytest.mark.parametrize("synthetic", [["--synthetic"], []], ids=["synthetic", "MNIST"])
@@ -287,8 +280,8 @@ def test_a_data_dir_that_cannot_be_written_is_refused_in_one_line(tmp_path, monk
     (tmp_path / "a_file").write_text("")
     for data_dir, problem in ((str(tmp_path / "a_file"), "is a file; name a folder"),
                               ("/proc/nope", "cannot create a file in /proc (No such file or directory)")):
-        _refused_before_training([*synthetic, "--data-dir", data_dir, "--mnist-url", UNREACHABLE_URL], monkeypatch,
-                                 capsys, f"--data-dir {data_dir}: {problem}")
+        refused(capsys, f"--data-dir {data_dir}: {problem}", *synthetic, "--data-dir", data_dir,
+                "--mnist-url", UNREACHABLE_URL)
 
 
 def test_resume_with_other_run_defining_flags_names_each_flag_and_both_values(synthetic_mnist_dir, tmp_path,
@@ -297,30 +290,28 @@ def test_resume_with_other_run_defining_flags_names_each_flag_and_both_values(sy
     ckpt_dir = str(tmp_path / "ckpt")
     config = TrainConfig(mode="pynative", ckpt_dir=ckpt_dir)
     path = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [])
-    _refused_before_training(["--data-dir", synthetic_mnist_dir, "--ckpt-dir", ckpt_dir, "--resume",
-                              "--optimizer", "adam", "--accumulate-step", "4"], monkeypatch, capsys,
-                             f"cannot resume exactly from {path}: --accumulate-step was 2, now 4; --optimizer was "
-                             "sgd, now adam. Pass the same flags, or another --ckpt-dir.")
+    refused(capsys, f"cannot resume exactly from {path}: --accumulate-step was 2, now 4; --optimizer was sgd, now "
+                    "adam. Pass the same flags, or another --ckpt-dir.",
+            "--data-dir", synthetic_mnist_dir, "--ckpt-dir", ckpt_dir, "--resume", "--optimizer", "adam",
+            "--accumulate-step", "4")
 
 
-def test_resume_without_a_checkpoint_is_an_error(synthetic_mnist_dir, tmp_path):
+def test_resume_without_a_checkpoint_is_an_error(synthetic_mnist_dir, tmp_path, capsys):
     typo = str(tmp_path / "rnus" / "a")
-    refused(run_script("--data-dir", synthetic_mnist_dir, "--ckpt-dir", typo, "--resume"),
-            f"--resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir {typo}; check the folder, or leave out --resume "
-            "to start afresh")
+    refused(capsys, f"--resume: no checkpoint (epoch_NNN.ckpt) in --ckpt-dir {typo}; check the folder, or leave out "
+                    "--resume to start afresh", "--data-dir", synthetic_mnist_dir, "--ckpt-dir", typo, "--resume")
     assert os.listdir(tmp_path) == []
 
 
-def test_a_used_ckpt_dir_needs_resume_or_overwrite(synthetic_mnist_dir, tmp_path):
+def test_a_used_ckpt_dir_needs_resume_or_overwrite(synthetic_mnist_dir, tmp_path, capsys):
     ckpt_dir = tmp_path / "ckpt"
     ckpt_dir.mkdir()
     for old in ("epoch_001.ckpt", "epoch_005.ckpt"):  # another run's: what they hold does not matter here
         (ckpt_dir / old).write_text("another run")
     (ckpt_dir / "notes.txt").write_text("mine")
     common = ["--data-dir", synthetic_mnist_dir, "--ckpt-dir", str(ckpt_dir), "--epochs", "1"]
-    refused(run_script(*common),
-            f"--ckpt-dir {ckpt_dir} holds another run's checkpoints (newest epoch_005.ckpt): add --resume to continue "
-            "that run, --overwrite to replace it, or choose another --ckpt-dir")
+    refused(capsys, f"--ckpt-dir {ckpt_dir} holds another run's checkpoints (newest epoch_005.ckpt): add --resume to "
+                    "continue that run, --overwrite to replace it, or choose another --ckpt-dir", *common)
     assert sorted(os.listdir(ckpt_dir)) == ["epoch_001.ckpt", "epoch_005.ckpt", "notes.txt"]
 
     result = run_script(*common, "--overwrite")
@@ -329,22 +320,24 @@ def test_a_used_ckpt_dir_needs_resume_or_overwrite(synthetic_mnist_dir, tmp_path
     assert int(ms.load_checkpoint(str(ckpt_dir / "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
 
 
-def test_bad_labels_are_refused_before_training(synthetic_mnist_dir, tmp_path):
+def test_bad_labels_are_refused_before_training(synthetic_mnist_dir, tmp_path, capsys):
     data_dir = shutil.copytree(synthetic_mnist_dir, tmp_path / "mnist")
     labels_path = os.path.join(data_dir, "train", SPLIT_FILES["train"][1])
     labels = read_idx(labels_path).copy()
     labels[3] = 42
     write_idx_labels(labels_path, labels)
     # Invalid local files are downloaded afresh (offline here), and the message says what was wrong with them.
-    result = run_script("--data-dir", str(data_dir), "--mnist-url", UNREACHABLE_URL)
-    assert (result.returncode, result.stdout) == (1, "")
-    assert result.stderr.startswith(f"error: The MNIST files in {data_dir} are not usable: {labels_path}: label 42 at "
-                                    "index 3 is not a class in [0, 10)\nCould not download MNIST")
+    with pytest.raises(SystemExit) as caught:
+        train_mnist.main(["--data-dir", str(data_dir), "--mnist-url", UNREACHABLE_URL])
+    out, err = capsys.readouterr()
+    assert (caught.value.code, out) == (1, "")
+    assert err.startswith(f"error: The MNIST files in {data_dir} are not usable: {labels_path}: label 42 at index 3 "
+                          "is not a class in [0, 10)\nCould not download MNIST")
 
 
-def test_a_run_that_would_train_nothing_is_refused(synthetic_mnist_dir):
-    refused(run_script("--data-dir", synthetic_mnist_dir, "--batch-size", "256", "--drop-last"),
-            "--batch-size 256 with --drop-last leaves nothing to train: the training split has 200 samples")
+def test_a_run_that_would_train_nothing_is_refused(synthetic_mnist_dir, capsys):
+    refused(capsys, "--batch-size 256 with --drop-last leaves nothing to train: the training split has 200 samples",
+            "--data-dir", synthetic_mnist_dir, "--batch-size", "256", "--drop-last")
 
 
 # ---------------------------------------------------------------- Ctrl-C and SIGTERM
