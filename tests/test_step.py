@@ -1,0 +1,125 @@
+"""Accumulator.step(): the branch-free micro-step (accumulate) with the window applied from the host."""
+import os
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+
+from accumulator import Accumulator
+from accumulator.state import load_checkpoint, save_checkpoint
+from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
+                     optimizer_state, reference_state, split)
+
+
+def host_applied(accumulator, grad_fn, with_count=False):
+    """The README's recommended micro-step: accumulate in the graph, ``step()`` on the host."""
+    if with_count:
+        @ms.jit
+        def micro_step(x, y, count):
+            loss, grads = grad_fn(x, y)
+            accumulator.accumulate(grads, count)
+            return loss
+    else:
+        @ms.jit
+        def micro_step(x, y):
+            loss, grads = grad_fn(x, y)
+            accumulator.accumulate(grads)
+            return loss
+
+    def step(*inputs):
+        micro_step(*inputs)
+        return accumulator.step()
+    return step
+
+
+def test_step_equals_the_large_batch_and_applies_every_n_micro_steps():
+    x, y = make_data(48)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    updates = [step(*batch) for batch in split(x, y, [4] * 12)]
+    assert updates == [False, False, False, True] * 3
+    assert int(accumulator.update_count) == 3 and int(accumulator.micro_step) == 0
+    expected = reference_state("adam", [(x[i:i + 16], y[i:i + 16]) for i in (0, 16, 32)])
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_uneven_counts_weigh_each_sample_once():
+    x, y = make_data(14)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 3)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
+    for xb, yb in split(x, y, [6, 5, 3]):
+        step(xb, yb, Tensor(float(xb.shape[0]), ms.float32))
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))
+
+
+def test_a_nonfinite_window_is_skipped_as_by_the_in_graph_call():
+    x, y = make_data(8)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    before = optimizer_state(optimizer)
+    accumulator = Accumulator(optimizer, 2)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    assert step(Tensor(bad[:4]), Tensor(y[:4])) is False
+    assert step(Tensor(x[4:]), Tensor(y[4:])) is False  # the window closed, the optimizer did not run
+    assert int(accumulator.skipped_windows) == 1 and int(accumulator.micro_step) == 0
+    assert_states_close(optimizer_state(optimizer), before)
+
+
+def test_noise_tracking_samples_the_windows_last_micro_batch_as_the_in_graph_call_does():
+    x, y = make_data(32)
+    records = []
+    for drive in ("call", "step"):
+        net = make_net()
+        optimizer = make_optimizer("sgd", net.trainable_params())
+        accumulator = Accumulator(optimizer, 4, track_noise=True, micro_batch_size=4)
+        grad_fn = grad_fn_for(net, optimizer)
+        step = accumulated_step(accumulator, grad_fn) if drive == "call" else host_applied(accumulator, grad_fn)
+        for batch in split(x, y, [4] * 8):
+            step(*batch)
+        records.append([p.asnumpy().copy() for p in accumulator.noise.state_parameters()])
+        assert int(accumulator.update_count) == 2
+    for by_call, by_step in zip(*records):
+        np.testing.assert_allclose(by_step, by_call, rtol=1e-5, atol=1e-7)
+    assert any(np.any(value != 0) for value in records[1])
+
+
+def test_a_run_restored_mid_window_applies_at_the_same_micro_step(tmp_path):
+    x, y = make_data(32)
+    batches = split(x, y, [4] * 8)
+    path = os.path.join(tmp_path, "mid.ckpt")
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    for batch in batches[:6]:
+        step(*batch)
+    save_checkpoint(path, net, optimizer, accumulator)
+    for batch in batches[6:]:
+        step(*batch)
+    expected = optimizer_state(optimizer)
+
+    net = make_net(seed=1)
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    step(*batches[0])  # this process's step has run before the load: its position must not matter
+    load_checkpoint(path, net, optimizer, accumulator)
+    assert [step(*batch) for batch in batches[6:]] == [False, True]
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_a_schedule_changes_n_between_windows():
+    x, y = make_data(24)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, {0: 2, 1: 4})
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    updates = [step(*batch) for batch in split(x, y, [4] * 6)]
+    assert updates == [False, True, False, False, False, True]
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x[:8], y[:8]), (x[8:], y[8:])]))
