@@ -16,11 +16,14 @@ large-batch update on what each layer was fed during the window: for a
 BatchNorm fed by the data, or by layers without BatchNorm, the window's
 whole batch; deeper ones see activations normalised per micro-batch.
 """
+from typing import List
+
 import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_group_size, get_rank
 
+from accumulator.accumulator import Accumulator
 from accumulator.distributed import WindowAllReduce
 
 
@@ -198,7 +201,7 @@ def _rank_and_ranks(reducer):
     return get_rank(group), get_group_size(group)
 
 
-def convert_batchnorm(net, accumulator):
+def convert_batchnorm(net: nn.Cell, accumulator: Accumulator) -> List[str]:
     """Makes every ``nn.BatchNorm1d``/``nn.BatchNorm2d`` in ``net`` pool its statistics over ``accumulator``'s window.
 
     Each layer is converted in place: the same object, with the same

@@ -3,6 +3,7 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
 
+from accumulator.accumulator import Accumulator
 from accumulator.checks import boolean
 from accumulator.constants import ZERO_INT
 from accumulator.state import group_learning_rates
@@ -64,7 +65,7 @@ class AccumulationTrainCell(nn.Cell):
         3.0
     """
 
-    def __init__(self, network, accumulator, counts=False):
+    def __init__(self, network: nn.Cell, accumulator: Accumulator, counts: bool = False) -> None:
         super().__init__(auto_prefix=False)
         if boolean(counts, "counts"):
             accumulator.check_counts()
@@ -104,7 +105,7 @@ class FlushAtEpochEnd(Callback):
     ``AccumulationTrainCell``.
     """
 
-    def __init__(self, cell):
+    def __init__(self, cell: AccumulationTrainCell) -> None:
         super().__init__()
         self.cell = cell
 

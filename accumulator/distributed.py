@@ -1,4 +1,6 @@
 """Data-parallel accumulation: local micro-steps, one AllReduce per window."""
+from typing import Optional
+
 import mindspore as ms
 from mindspore import ops
 from mindspore.communication import GlobalComm
@@ -28,7 +30,7 @@ class WindowAllReduce:
         'sum'
     """
 
-    def __init__(self, group=None):
+    def __init__(self, group: Optional[str] = None) -> None:
         self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM, group or GlobalComm.WORLD_COMM_GROUP)
         self.map = ops.HyperMap()
 

@@ -8,6 +8,7 @@ depends on more than the update count, so a checkpoint cannot be checked
 against it before it is loaded).
 """
 import numbers
+from typing import Callable, Dict, Optional, Union
 
 import mindspore as ms
 from mindspore import Tensor, ops
@@ -131,7 +132,8 @@ class NoiseScaleSchedule:
     fixed_step = None
     reads_state = True
 
-    def __init__(self, micro_batch_size, min_step=1, max_step=64, ranks=1, hysteresis=1.5, first_step=None):
+    def __init__(self, micro_batch_size: int, min_step: int = 1, max_step: int = 64, ranks: int = 1,
+                 hysteresis: float = 1.5, first_step: Optional[int] = None) -> None:
         self.micro_batch_size = positive_int(micro_batch_size, "micro_batch_size")
         self.min_step = positive_int(min_step, "min_step")
         self.max_step = positive_int(max_step, "max_step")
@@ -170,7 +172,7 @@ class NoiseScaleSchedule:
         return ops.select(ops.logical_and(known, far), target, current).astype(ms.int32)
 
 
-def as_schedule(accumulate_step):
+def as_schedule(accumulate_step: Union[int, Dict[int, int], Callable, "NoiseScaleSchedule"]):
     """The schedule for an ``accumulate_step`` argument: an int, a dict, a callable or a schedule.
 
     Example:

@@ -11,11 +11,13 @@ that differ (randomness), and the layers in training mode that explain them
 (BatchNorm, dropout with a non-zero rate).
 """
 from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
+from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import WindowBatchNorm
 
 # Relative to each gradient tensor's largest element. The window and the
@@ -75,7 +77,9 @@ class EquivalenceReport:
     __str__ = summary
 
 
-def check_equivalence(grad_fn, micro_batches, accumulator, counts=None, network=None, rtol=RTOL, large_batch=None):
+def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumulator: Accumulator,
+                      counts: Optional[Sequence[float]] = None, network: Optional[nn.Cell] = None, rtol: float = RTOL,
+                      large_batch: Optional[tuple] = None) -> "EquivalenceReport":
     """Compares one accumulated window's gradient with the large batch's, changing nothing.
 
     Args:

@@ -7,10 +7,13 @@ every micro-batch in an in-graph ``while`` loop, the window counted once,
 then ``Accumulator.flush``. All the weighting, clipping, non-finite skipping,
 loss scaling and state stay in the Accumulator; this module only loops.
 """
+from typing import Callable, Tuple
+
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
+from accumulator.accumulator import Accumulator
 from accumulator.constants import ZERO_FLOAT, ZERO_INT
 
 
@@ -149,7 +152,7 @@ def _runs(micro_batches):
     return runs
 
 
-def make_window_step(grad_fn, accumulator):
+def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..., Tuple[Tensor, Tensor]]:
     """Builds ``window_step``: one compiled call runs a whole accumulation window.
 
     Args:
