@@ -333,6 +333,7 @@ class Accumulator:
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self._skips = bool(self.skip_nonfinite) or spike_factor is not None
+        self._apply = None  # step()'s compiled flush, made on its first window
         self.members = []
 
     def attach(self, member):
@@ -415,12 +416,14 @@ class Accumulator:
             self._close_window()
         return self._update_if_ready()
 
-    def accumulate(self, grads, count=None, last=False):
+    def accumulate(self, grads, count=None, last=None):
         """Adds one micro-batch's ``grads`` to the window and never applies it.
 
-        For loops that decide themselves when to apply (with ``flush``).
-        ``last``: True for the micro-batch that ends the window, the one
-        ``track_noise=True`` samples. Returns the position in the window.
+        For loops that decide themselves when to apply: ``step()`` after
+        each call, or ``flush``. ``last``: True for the micro-batch that ends
+        the window, the one ``track_noise=True`` samples; ``None`` lets the
+        window's position decide (a branch, with ``track_noise=True`` only).
+        Returns the position in the window.
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -434,9 +437,56 @@ class Accumulator:
         self._check_weight(count)
         kept = self.add(grads, count)
         position = self._count_one(count, kept)
-        if last and self._samples_last:
-            self._sample_noise(grads, count, kept)
+        if self._samples_last:
+            if last is None:
+                if position >= self.accumulate_step:
+                    self._sample_noise(grads, count, kept)
+            elif last:
+                self._sample_noise(grads, count, kept)
         return position
+
+    def step(self):
+        """Applies the window when it is full; call it on the host after each micro-step's ``accumulate``.
+
+        The fastest way to drive the accumulator: the jitted micro-step adds
+        the gradients without a branch (``accumulate(grads)``), and the full
+        window is applied by a compiled call of its own, ``flush()``, made
+        here every ``accumulate_step`` micro-steps. A data-dependent ``if``
+        in the micro-step graph costs every call, more with every tensor
+        that crosses it (docs/mindspore-behaviours.md). The position is read
+        from the accumulator's state, so a restored checkpoint resumes
+        exactly. Returns True when the optimizer ran.
+
+        Example:
+            >>> import numpy as np
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+            >>> def make_micro_step(net, accumulator):
+            ...     def forward(x):
+            ...         return net(x).sum()
+            ...     grad_fn = ms.value_and_grad(forward, None, accumulator.optimizer.parameters)
+            ...     @ms.jit
+            ...     def micro_step(x):
+            ...         loss, grads = grad_fn(x)
+            ...         accumulator.accumulate(grads)      # no branch: adds to the window
+            ...         return loss
+            ...     return micro_step
+            >>> micro_step = make_micro_step(net, accumulator)
+            >>> x = Tensor(np.ones((4, 3), np.float32))
+            >>> updates = []
+            >>> for _ in range(4):
+            ...     _ = micro_step(x)
+            ...     updates.append(accumulator.step())    # the host applies every 2nd micro-step
+            >>> updates, int(accumulator.update_count)
+            ([False, True, False, True], 2)
+        """
+        # A Python int per call: a fixed N is known here, only a schedule's is read back.
+        size = self.schedule.fixed_step
+        if int(self.micro_step) < (int(self.accumulate_step) if size is None else size):
+            return False
+        if self._apply is None:
+            self._apply = ms.jit(self.flush)
+        return bool(self._apply())
 
     def _count_one(self, count, kept):
         # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md).
