@@ -224,11 +224,11 @@ def _build_boost(spec):
     return _accumulating(spec, make, pass_loss=True)
 
 
-def _host_applied(spec, make_accumulator, apply_name):
-    """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, and the window applied from the host.
+def _host_applied(spec, make_accumulator, host_step):
+    """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, then ``host_step(accumulator)()``.
 
-    The host counts the calls and runs ``apply_name``, compiled, once per
-    window: no branch in the micro-step graph for the gradients to cross.
+    The host call applies the window, compiled, once per window: no branch
+    in the micro-step graph for the gradients to cross.
     """
     import mindspore as ms
     net, optimizer, loss_fn, data = _setup(spec)
@@ -244,31 +244,44 @@ def _host_applied(spec, make_accumulator, apply_name):
         accumulator.accumulate(grads)
         return loss
 
-    micro_step, apply, (x, y) = ms.jit(micro_step), ms.jit(getattr(accumulator, apply_name)), data(spec["batch"])
-    calls = [0]
+    micro_step, after, (x, y) = ms.jit(micro_step), host_step(accumulator), data(spec["batch"])
 
     def step():
         micro_step(x, y)
-        calls[0] += 1
-        if calls[0] % spec["accumulate"] == 0:
-            apply()
+        after()
 
     return Runner(step, spec["batch"], _nbytes(_state_of(accumulator)), _nbytes(optimizer.parameters),
                   _ms_sync, _ms_weights(optimizer))
 
 
-@register("recommended", "the README's recommended step: accumulate(grads) in the jitted micro-step, the "
-          "window applied by a separate compiled call the host makes every N micro-steps", modes=("graph",))
+def _every_window(accumulator):
+    """Counts the calls on the host and runs ``accumulator.apply``, compiled, every N-th."""
+    import mindspore as ms
+    apply, calls = ms.jit(accumulator.apply), [0]
+
+    def after():
+        calls[0] += 1
+        if calls[0] % accumulator.accumulate_step == 0:
+            apply()
+    return after
+
+
+@register("recommended", "the README's recommended step: accumulate(grads) in the jitted micro-step, then "
+          "accumulator.step() on the host, which applies each full window by a compiled call of its own",
+          modes=("graph",))
 def _build_recommended(spec):
     from accumulator import Accumulator
-    return _host_applied(spec, Accumulator, "flush")
+
+    def step_of(accumulator):
+        return accumulator.step
+    return _host_applied(spec, Accumulator, step_of)
 
 
 @register("flat", "design experiment: one flat buffer (a concat and one AssignAdd per micro-step, split once "
           "per window), applied from the host; no checks or counts", modes=("graph",), experiment=True)
 def _build_flat(spec):
     from benchmarks.flat import FlatAccumulator
-    return _host_applied(spec, FlatAccumulator, "apply")
+    return _host_applied(spec, FlatAccumulator, _every_window)
 
 
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.

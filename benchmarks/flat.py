@@ -35,6 +35,7 @@ class FlatAccumulator:
 
     def __init__(self, optimizer, accumulate_step):
         self.optimizer = optimizer
+        self.accumulate_step = accumulate_step
         self.scale = 1.0 / accumulate_step
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.sizes = tuple(int(np.prod(shape)) for shape in self.shapes)
