@@ -70,6 +70,7 @@ def test_help_explains_every_flag():
     (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
     (["--accumulate-step", "auto", "--window-step"],
      "--accumulate-step auto changes N between windows; --window-step needs a fixed N"),
+    (["--keep-checkpoints", "3"], "--keep-checkpoints 3 needs a --ckpt-dir"),
 ])
 def test_bad_values_are_argparse_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as caught:
