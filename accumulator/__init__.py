@@ -15,7 +15,7 @@ __version__ = "0.1.0"  # the one source: setup.py reads it from here
 
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
-from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
+from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd, StepSchedulerPerUpdate
 from accumulator.distributed import WindowAllReduce
 from accumulator.files import unfinished_writes, write_atomically
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
@@ -25,6 +25,6 @@ from accumulator.whole_batch import AllGatherRepresentations, make_whole_batch_s
 from accumulator.window import make_window_step
 
 __all__ = ["Accumulator", "AccumulationTrainCell", "AllGatherRepresentations", "CheckpointMismatchError",
-           "EquivalenceReport", "FlushAtEpochEnd", "NoiseScaleSchedule", "WindowAllReduce", "as_schedule",
-           "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
-           "save_checkpoint", "training_state", "unfinished_writes", "write_atomically"]
+           "EquivalenceReport", "FlushAtEpochEnd", "NoiseScaleSchedule", "StepSchedulerPerUpdate", "WindowAllReduce",
+           "as_schedule", "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step",
+           "make_window_step", "save_checkpoint", "training_state", "unfinished_writes", "write_atomically"]

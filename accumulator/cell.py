@@ -1,4 +1,4 @@
-"""Accumulation inside ``mindspore.train.Model``: a training cell and its epoch-end flush."""
+"""Accumulation inside ``mindspore.train.Model``: a training cell, its epoch-end flush and a per-update lr scheduler step."""
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
@@ -112,3 +112,34 @@ class FlushAtEpochEnd(Callback):
     def on_train_begin(self, run_context):
         steps = run_context.original_args().batch_num
         ops.assign(self.cell.steps_per_epoch, Tensor(steps, ms.int32))
+
+
+class StepSchedulerPerUpdate(Callback):
+    """Steps an ``experimental.optim.lr_scheduler`` once per applied window under ``Model.train``.
+
+    The scheduler's position (``last_epoch``) is kept at the accumulator's
+    ``update_count``: set from it when training begins, so a run resumed
+    from a checkpoint (whose file holds the learning rates and the count)
+    continues the schedule exactly, and stepped after each step that
+    applied a window. Outside ``Model.train``, step the scheduler yourself
+    when the accumulator's call returns True.
+
+    Example:
+        >>> from mindspore.experimental import optim
+        >>> from accumulator import Accumulator
+        >>> optimizer = optim.SGD(nn.Dense(3, 1).trainable_params(), lr=0.1)
+        >>> scheduler = optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.5)
+        >>> callback = StepSchedulerPerUpdate(scheduler, Accumulator(optimizer, 4))
+    """
+
+    def __init__(self, lr_scheduler, accumulator):
+        super().__init__()
+        self.lr_scheduler = lr_scheduler
+        self.accumulator = accumulator
+
+    def on_train_begin(self, run_context):
+        ops.assign(self.lr_scheduler.last_epoch, Tensor(int(self.accumulator.update_count), ms.float32))
+
+    def on_train_step_end(self, run_context):
+        while int(self.lr_scheduler.last_epoch) < int(self.accumulator.update_count):
+            self.lr_scheduler.step()

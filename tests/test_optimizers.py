@@ -9,8 +9,8 @@ from mindspore import Tensor, mint, nn, ops
 from mindspore.experimental import optim
 from mindspore.train import CheckpointConfig, Model, ModelCheckpoint
 
-from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, load_checkpoint, make_window_step,
-                         save_checkpoint)
+from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, StepSchedulerPerUpdate, load_checkpoint,
+                         make_window_step, save_checkpoint)
 from helpers import (DoublingReducer, accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
                      optimizer_state, split)
 
@@ -108,12 +108,18 @@ def test_per_micro_step_window_step_and_resume_equal_the_large_batch(tmp_path, f
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path, restore_mode, family):
+def inverse(optimizer):
+    # Closed-form in the position (not chained from the current lr): a resumed run must restore it.
+    return optim.lr_scheduler.LambdaLR(optimizer, lambda update: 1 / (1 + update))
+
+
+@pytest.mark.parametrize("family, scheduler", [(family, None) for family in FAMILIES]
+                         + [("experimental.optim.SGD", inverse)])
+def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path, restore_mode, family, scheduler):
     # Graph mode: in PyNative, mint.optim.Adam's step counter never advances (see the test below).
     ms.set_context(mode=ms.GRAPH_MODE)
     x, y = make_data(SAMPLES)
-    expected = large_batch_run(family, x, y)
+    expected = large_batch_run(family, x, y, scheduler)
 
     def model_train(resume_from=None):
         net = make_net()
@@ -123,6 +129,8 @@ def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path, restore
                                      accumulator)
         dataset = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(MICRO_BATCH)
         callbacks = [FlushAtEpochEnd(cell)]
+        if scheduler is not None:
+            callbacks.append(StepSchedulerPerUpdate(scheduler(optimizer), accumulator))
         if resume_from is None:
             callbacks.append(ModelCheckpoint("run", str(tmp_path), CheckpointConfig(keep_checkpoint_max=100)))
         else:
