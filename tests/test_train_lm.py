@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import training.lm
+from helpers import run_msrun
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.lm import SYNTHETIC_MARKER
 
@@ -137,3 +138,20 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
     path = tmp_path / "text.txt"
     path.write_text("")
     refused(capsys, [*synthetic, "--data-dir", str(path)], f"--data-dir {path}: is a file; name a folder")
+
+
+@pytest.mark.slow
+def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic):
+    # Rank r reads samples r, r+2, ...: a window of 2 x 4 sequences per rank holds the same 16 as one
+    # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree.
+    common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--no-shuffle", "--drop-last",
+              "--accumulate-step", "2", *TINY[:6], "--sample-tokens", "0"]
+    train_lm.main([*common, "--batch-size", "8", "--ckpt-dir", str(tmp_path / "single")])  # writes the text too
+    worker = os.path.join(REPO_ROOT, "tests", "lm_tool_worker.py")
+    returncode, logs = run_msrun([worker, *common, "--batch-size", "4", "--distributed", "--ckpt-dir",
+                                  str(tmp_path / "ranks")], tmp_path / "logs", REPO_ROOT)
+    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
+    single, ranks = checkpoint(tmp_path / "single" / "epoch_001.ckpt"), checkpoint(tmp_path / "ranks" / "epoch_001.ckpt")
+    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4
+    for name, value in single.items():
+        np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
