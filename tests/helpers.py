@@ -1,8 +1,12 @@
-"""Small nets, optimizers, reference runs and an msrun launcher shared by the tests."""
+"""Small nets, optimizers, reference runs, an msrun launcher and a loopback web server shared by the tests."""
+import contextlib
+import functools
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import mindspore as ms
@@ -201,3 +205,18 @@ def token_large_batch_state(windows, optimizer_name):
     for window in windows:
         step(*padded([sequence for micro_batch in window for sequence in micro_batch]))
     return optimizer_state(optimizer)
+
+
+@contextlib.contextmanager
+def serving(folder):
+    """Serves ``folder`` over HTTP on a free loopback port for the block; yields its base address."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1,10 +1,6 @@
 """MNIST download and the MindSpore pipelines built on it."""
-import contextlib
-import functools
-import http.server
 import os
 import shutil
-import threading
 import time
 import zipfile
 
@@ -13,6 +9,7 @@ import pytest
 
 from data.idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir
 from data.mnist import MnistUnavailableError, ensure_mnist, mnist_dataset, mnist_windows
+from helpers import serving
 
 # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
 UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"
@@ -90,21 +87,6 @@ def test_invalid_files_trigger_a_download(synthetic_mnist_dir, tmp_path):
     assert _parent_listing(str(data_dir)) == ["MNIST_Data"]
 
 
-@contextlib.contextmanager
-def _serve(folder):
-    """Serve ``folder`` over HTTP on a free loopback port for the duration of the block."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _zip_like_tutorial(source_dir, zip_path, damage=None):
     """Zip ``source_dir`` as MNIST_Data/{train,test}/..., optionally truncating one file."""
     with zipfile.ZipFile(zip_path, "w") as archive:
@@ -121,7 +103,7 @@ def test_download_from_a_server_puts_valid_files_in_place(synthetic_mnist_dir, t
     served.mkdir()
     _zip_like_tutorial(synthetic_mnist_dir, served / "MNIST_Data.zip")
     data_dir = str(tmp_path / "out" / "MNIST_Data")
-    with _serve(served) as base_url:
+    with serving(served) as base_url:
         assert ensure_mnist(data_dir, url=f"{base_url}/MNIST_Data.zip") == data_dir
     assert validate_mnist_dir(data_dir) == {"train": 200, "test": 100}
     np.testing.assert_array_equal(_raw_split(data_dir, "test")[0], _raw_split(synthetic_mnist_dir, "test")[0])
@@ -134,7 +116,7 @@ def test_corrupt_download_names_the_file_and_leaves_nothing(synthetic_mnist_dir,
     _zip_like_tutorial(synthetic_mnist_dir, served / "MNIST_Data.zip", damage="train-labels-idx1-ubyte")
     (served / "not_a.zip").write_text("<html>moved</html>")
     data_dir = str(tmp_path / "out" / "MNIST_Data")
-    with _serve(served) as base_url:
+    with serving(served) as base_url:
         with pytest.raises(MnistFormatError, match=r"zip from .*, nothing installed: train/train-labels-idx1-ubyte: file is 203 bytes, .* needs 208$"):
             ensure_mnist(data_dir, url=f"{base_url}/MNIST_Data.zip")
         with pytest.raises(MnistUnavailableError, match="not_a.zip.*File is not a zip file"):

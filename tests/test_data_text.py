@@ -1,33 +1,15 @@
 """data.text: byte tokens, samples split at paragraph and line ends, the held-out split, the download up to the network."""
-import contextlib
-import functools
-import http.server
 import os
-import threading
 
 import numpy as np
 import pytest
 
 from data.text import (CORPUS_FILE, VOCAB_SIZE, TextUnavailableError, decode, encode, ensure_corpus, split_corpus,
                        split_samples, synthetic_text)
+from helpers import serving
 
 # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
 UNREACHABLE_URL = "http://127.0.0.1:9/input.txt"
-
-
-@contextlib.contextmanager
-def serving(folder):
-    """An HTTP server on loopback serving ``folder``; yields its base address."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        thread.join()
 
 
 def test_bytes_become_tokens_one_above_pad_and_back():
