@@ -18,8 +18,8 @@ from mindspore.graph import api as graph_api
 from mindspore.train import Model
 
 import lm_distributed_worker
-from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, make_window_step
-from data.tokens import pad_batch, random_sequences, window_batches
+from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, check_equivalence, make_window_step
+from data.tokens import pad_batch, random_sequences, token_count, window_batches
 from helpers import run_msrun
 from models.transformer import TokenLoss
 
@@ -307,3 +307,25 @@ def test_model_train_with_token_counts_equals_the_large_batch():
     assert int(accumulator.update_count) == 1
     start, large = reference("nn.SGD")
     assert relative_change_error(weights(net), large, start) < 1e-5
+
+
+def test_check_equivalence_on_the_language_model():
+    """Micro-batches padded to their own lengths, the large batch padded together: equivalent with the counts;
+    the mean of micro-batch means is named as uneven counts."""
+    net = make_lm()
+    accumulator = Accumulator(OPTIMIZERS["nn.SGD"](net.trainable_params()), accumulate_step=STEPS)
+    window = micro_batches()
+    counts = [token_count(targets.asnumpy()) for _, targets in window]
+    large_batch = tensors(*pad_batch(SEQUENCES))
+    grad_fn = loss_sum_grad(TokenLoss(net), accumulator.optimizer.parameters)
+    report = check_equivalence(grad_fn, window, accumulator, counts=counts, network=net, large_batch=large_batch)
+    assert report.equivalent, report.summary()
+    loss_fn = TokenLoss(net)
+
+    def mean_loss(inputs, targets):
+        loss_sum, count = loss_fn(inputs, targets)
+        return loss_sum / count
+
+    mean_of_means = ms.value_and_grad(mean_loss, None, accumulator.optimizer.parameters)
+    report = check_equivalence(mean_of_means, window, accumulator, network=net, large_batch=large_batch)
+    assert not report.equivalent and report.reasons[0].startswith("uneven counts")
