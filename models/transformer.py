@@ -90,7 +90,7 @@ class CausalLM(nn.Cell):
         width: embedding width; a multiple of ``heads``.
         depth: number of blocks.
         heads: attention heads.
-        max_length: longest sequence (position embeddings).
+        max_length: longest sequence (position embeddings); T must not exceed it.
         dropout: dropout rate of attention weights and residual branches.
         pad_id: the padding token id.
 
