@@ -157,8 +157,9 @@ def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumul
     large_batch = _concatenate(micro_batches) if large_batch is None else tuple(large_batch)
     saved = _snapshot(network, accumulator)
     try:
-        window, micro_grads = _window_gradient(grad_fn, micro_batches, accumulator, counts)
-        first = _as_float64(grad_fn(*large_batch)[1])
+        window, micro_grads, micro_losses = _window_gradient(grad_fn, micro_batches, accumulator, counts)
+        large_loss, first = grad_fn(*large_batch)
+        first = _as_float64(first)
         second = _as_float64(grad_fn(*large_batch)[1])
     finally:
         _restore(saved)
@@ -169,7 +170,7 @@ def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumul
     max_abs, max_rel = _differences(window, reference)
     equivalent = max_rel <= rtol and noise <= rtol
     reasons = () if equivalent else tuple(_reasons(window, reference, micro_grads, noise, micro_batches,
-                                                   accumulator, counts, network, rtol))
+                                                   accumulator, counts, network, rtol, (large_loss, micro_losses)))
     if equivalent:
         verdict = "equivalent: the window's gradient is the large batch's, to float32 rounding"
     else:
@@ -180,22 +181,23 @@ def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumul
 
 
 def _window_gradient(grad_fn, micro_batches, accumulator, counts):
-    """The update the accumulator would apply for this window, in its arithmetic, as float64; and each micro-batch's."""
+    """The update the accumulator would apply, in its arithmetic, as float64; each micro-batch's gradient and loss."""
     sums = [np.zeros_like(buffer.asnumpy()) for buffer in accumulator.grad_buffers]
-    micro_grads = []
+    micro_grads, micro_losses = [], []
     for batch in micro_batches:
-        grads = grad_fn(*batch)[1]
+        loss, grads = grad_fn(*batch)
+        micro_losses.append(loss)
         for total, grad in zip(sums, grads):
             total += grad.asnumpy().astype(total.dtype)
         micro_grads.append(_as_float64(grads))
     if accumulator.reduction == "sum":
-        return [total.astype(np.float64) for total in sums], micro_grads
+        return [total.astype(np.float64) for total in sums], micro_grads, micro_losses
     # The accumulator's float32 weight and its one multiply by 1 / weight.
     weight = np.float32(0)
     for count in counts or [1.0] * len(micro_batches):
         weight += np.float32(count)
     factor = np.float32(1) / weight
-    return [(total * factor.astype(total.dtype)).astype(np.float64) for total in sums], micro_grads
+    return [(total * factor.astype(total.dtype)).astype(np.float64) for total in sums], micro_grads, micro_losses
 
 
 def _normalise(reference, window, reduction, counts, micro_steps):
@@ -210,7 +212,7 @@ def _normalise(reference, window, reduction, counts, micro_steps):
     return [grad * factor for grad in reference]
 
 
-def _reasons(window, reference, micro_grads, noise, micro_batches, accumulator, counts, network, rtol):
+def _reasons(window, reference, micro_grads, noise, micro_batches, accumulator, counts, network, rtol, losses):
     """What was measured to explain the difference, a list a caller may extend."""
     scale = _scale(window, reference)
     if noise <= rtol and _differences(window, [grad * scale for grad in reference])[1] <= rtol:
@@ -229,8 +231,34 @@ def _reasons(window, reference, micro_grads, noise, micro_batches, accumulator, 
         reasons.append(f"no factor maps the window's gradient onto the large batch's (the best, {scale:.3g}x, "
                        f"leaves {best:.1e} of the gradient's size), nor does weighting the micro-batches, and two "
                        "runs agree: the loss or the model couples the samples of a batch (a loss over the whole "
-                       "batch, batch statistics), so the mean of micro-batch gradients is not the large batch's")
+                       "batch, batch statistics), so the mean of micro-batch gradients is not the large batch's"
+                       + _whole_batch_hint(*losses, micro_batches, rtol))
     return reasons
+
+
+def _whole_batch_hint(large_loss, micro_losses, micro_batches, rtol):
+    """Points to accumulator.whole_batch when the large batch's loss is no sum or mean of the micro-batches' losses."""
+    values = [_loss_value(loss) for loss in [large_loss] + micro_losses]
+    if None in values:
+        return ""
+    large, losses = values[0], np.array(values[1:])
+    sizes = np.array([batch[0].shape[0] for batch in micro_batches], np.float64)
+    # A loss summed or averaged over samples is one of these, to float32 rounding.
+    for candidate in (losses.sum(), losses.mean(), (losses * sizes).sum() / sizes.sum()):
+        if abs(large - candidate) <= rtol * max(abs(large), abs(candidate)):
+            return ""
+    shown = ", ".join(f"{loss:.4g}" for loss in losses)
+    return (f"; and the large batch's loss, {large:.4g}, is neither the sum nor a mean of the micro-batches' "
+            f"({shown}): for a loss over the whole batch (contrastive, in-batch negatives), "
+            "accumulator.make_whole_batch_step computes it over the whole window exactly (docs/whole-batch.md)")
+
+
+def _loss_value(loss):
+    """``grad_fn``'s loss as a float (the first item of a ``has_aux`` tuple), or None when it is no scalar."""
+    if isinstance(loss, (tuple, list)):
+        loss = loss[0] if loss else None
+    value = np.asarray(_numpy(loss), np.float64) if isinstance(loss, (Tensor, np.ndarray, float, int)) else None
+    return value.item() if value is not None and value.size == 1 else None
 
 
 def _micro_batch_weights(micro_grads, reference):

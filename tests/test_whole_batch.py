@@ -141,6 +141,7 @@ def test_plain_accumulation_of_the_micro_batch_loss_differs():
     report = check_equivalence(grad_fn, micro_batches(first, second, (4, 4, 4)), accumulator, network=net)
 
     assert not report.equivalent and report.max_rel_diff > 0.05
+    assert "accumulator.make_whole_batch_step" in report.reasons[-1]
 
 
 def test_clipping_loss_scaling_and_nonfinite_skip_act_on_the_whole_window():
