@@ -49,8 +49,6 @@ class FlatAccumulator:
     def apply(self):
         """Runs the optimizer on the window's mean and clears the buffer."""
         parts = ops.split(self.buffer * self.scale, self.sizes)
-        grads = ()
-        for part, shape in zip(parts, self.shapes):
-            grads = grads + (part.reshape(shape),)
-        self.optimizer(grads)
+        # A comprehension, not a loop adding to a tuple: 128 tensors exceed the graph's call depth.
+        self.optimizer(tuple([part.reshape(shape) for part, shape in zip(parts, self.shapes)]))
         return ops.assign(self.buffer, ops.zeros_like(self.buffer))
