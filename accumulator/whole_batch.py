@@ -20,6 +20,8 @@ The applied gradient is the whole-window loss's, whatever the accumulator's
 micro-batch is weighed by its sample count and its piece scaled by the window's
 sample count, which the accumulator's division cancels.
 """
+from typing import Callable, Optional, Sequence, Tuple
+
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_rank
@@ -51,16 +53,16 @@ class AllGatherRepresentations:
         'my_group'
     """
 
-    def __init__(self, group=None):
+    def __init__(self, group: Optional[str] = None) -> None:
         self.group = group or GlobalComm.WORLD_COMM_GROUP
         self.all_gather = ops.AllGather(self.group)
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         """This process's rank in the group (needs ``mindspore.communication.init()``)."""
         return get_rank(self.group)
 
-    def __call__(self, tensor):
+    def __call__(self, tensor: Tensor) -> Tensor:
         return self.all_gather(tensor)
 
 
@@ -163,7 +165,9 @@ def _check_window(micro_batches, accumulate_step):
     return window
 
 
-def make_whole_batch_step(encoder, loss_fn, accumulator, network=None, gather=None):
+def make_whole_batch_step(encoder: Callable, loss_fn: Callable, accumulator: Accumulator,
+                          network: Optional[nn.Cell] = None, gather: Optional[Callable] = None
+                          ) -> Callable[[Sequence], Tuple[Tensor, Tensor]]:
     """Builds ``whole_batch_step``: one window trained on a loss over all its micro-batches, exactly.
 
     Args:
