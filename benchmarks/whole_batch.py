@@ -75,7 +75,7 @@ def measure(spec):
     encoder = nn.SequentialCell(layers + [nn.Dense(spec["width"], EMBEDDING_WIDTH)])
 
     def info_nce(queries, keys):
-        # logsumexp, not cross_entropy: MindSpore 2.10's CPU cross_entropy graph holds more [B, B] tensors.
+        # logsumexp, not cross_entropy: fewer [B, B] tensors on CPU (docs/mindspore-behaviours.md).
         logits = ops.matmul(queries, keys.T) / EMBEDDING_WIDTH
         return (ops.logsumexp(logits, 1) - (queries * keys).sum(1) / EMBEDDING_WIDTH).mean()
 
