@@ -123,6 +123,7 @@ def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_m
 
 # ---------------------------------------------------------------- learning and logs
 
+@pytest.mark.slow  # end to end: trains the whole look-alike, or in a fresh interpreter
 def test_learns_synthetic_data_logs_json_and_refuses_an_inexact_resume(tmp_path, capsys):
     log = tmp_path / "logs" / "run.json"
     ckpt_dir = str(tmp_path / "ckpt")
@@ -304,6 +305,7 @@ def test_resume_without_a_checkpoint_is_an_error(synthetic_mnist_dir, tmp_path, 
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow  # end to end: trains the whole look-alike, or in a fresh interpreter
 def test_a_used_ckpt_dir_needs_resume_or_overwrite(synthetic_mnist_dir, tmp_path, capsys):
     ckpt_dir = tmp_path / "ckpt"
     ckpt_dir.mkdir()
