@@ -76,8 +76,12 @@ def run_module(module, spec, blocking, timeout=300):
     # Other processes on the machine skew timings: record the load to judge them by.
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as scratch:
-        done = subprocess.run(command, env=worker_env(blocking), capture_output=True, text=True,
-                              timeout=timeout, cwd=scratch)
+        try:
+            done = subprocess.run(command, env=worker_env(blocking), capture_output=True, text=True,
+                                  timeout=timeout, cwd=scratch)
+        except subprocess.TimeoutExpired:
+            # One slow worker is a failed row, not the end of the whole run.
+            return dict(load_before=load, error=f"timed out after {timeout} s (--timeout)")
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if done.returncode != 0 or not lines:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]

@@ -34,3 +34,9 @@ def test_a_worker_times_its_configuration_and_memory_rows_run_once():
     lines = log.getvalue().splitlines()
     assert len(lines) == 3 and lines[0].endswith(" ms") and "1/2 1/2 mnist graph plain_micro N=2 block=1" in lines[0]
     assert lines[1].endswith("KeyError: 'no_such_row'")
+
+
+def test_a_worker_past_its_timeout_is_a_failed_row_not_a_crash():
+    from benchmarks.runner import run_module
+    result = run_module("benchmarks.worker", {"contender": "plain_micro"}, blocking="1", timeout=0.01)
+    assert result["error"] == "timed out after 0.01 s (--timeout)"
