@@ -6,6 +6,8 @@ import tempfile
 
 from download import download
 
+from accumulator import write_atomically
+
 
 def missing_folders(folder):
     """The folders on the way to ``folder`` that do not exist yet, outermost first.
@@ -89,3 +91,20 @@ def staged_download(url, data_dir, unavailable, kind="file"):
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         remove_empty(created)
+
+
+def write_text(path, text):
+    """Writes ``text`` (UTF-8) to ``path`` atomically: a generated file, or the marker a tool leaves beside it.
+
+    Example:
+        >>> import tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "SYNTHETIC.txt")
+        >>> write_text(path, "generated, not downloaded\\n")
+        >>> open(path).read()
+        'generated, not downloaded\\n'
+    """
+    def write(temporary):
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    write_atomically(path, write)

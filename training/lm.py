@@ -17,8 +17,8 @@ from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch it
-from accumulator import write_atomically
 from accumulator.checks import positive_int
+from data.download import write_text
 from data.mnist import Window, reading_order
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem, decode, encode, ensure_corpus,
                        split_corpus, split_samples, synthetic_text)
@@ -305,15 +305,6 @@ def is_synthetic(data_dir):
     return os.path.isfile(os.path.join(data_dir, SYNTHETIC_MARKER))
 
 
-def _write_marker(folder):
-    def write(temporary):
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write("This folder holds a synthetic text written by scripts/train_lm.py --synthetic "
-                    f"(seed {SYNTHETIC_DATA_SEED}); it is not Tiny Shakespeare. Runs without --synthetic refuse it.\n")
-
-    write_atomically(os.path.join(folder, SYNTHETIC_MARKER), write)
-
-
 def _synthetic(folder):
     check_writable("--data-dir", folder, folder=True)
     refusal = f"--synthetic will not write into --data-dir {folder}"
@@ -324,13 +315,15 @@ def _synthetic(folder):
     if not is_synthetic(folder):
         if os.path.exists(path):
             raise TrainingError(f"{refusal}: it holds {path}, which --synthetic did not write; choose another folder")
-        _write_marker(folder)
+        write_text(os.path.join(folder, SYNTHETIC_MARKER),
+                   "This folder holds a synthetic text written by scripts/train_lm.py --synthetic (seed "
+                   f"{SYNTHETIC_DATA_SEED}); it is not Tiny Shakespeare. Runs without --synthetic refuse it.\n")
     text = synthetic_text(SYNTHETIC_BYTES, SYNTHETIC_DATA_SEED)
     with open(path, "a+", encoding="utf-8") as f:
         f.seek(0)
         written = f.read() == text  # by an earlier synthetic run: the same seed wrote the same text
     if not written:
-        write_atomically(path, lambda temporary: open(temporary, "w", encoding="utf-8").write(text))
+        write_text(path, text)
     return path
 
 

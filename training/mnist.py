@@ -9,7 +9,7 @@ import os
 import tempfile
 
 import data.mnist  # read MNIST_URL at call time, so tests can patch it
-from accumulator import write_atomically
+from data.download import write_text
 from data.idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, write_synthetic_mnist
 from data.mnist import (DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, load_mnist_split,
                         mnist_batches, mnist_windows)
@@ -99,15 +99,6 @@ def _mnist_files(folder):
     return [path for path in places if os.path.exists(path)]
 
 
-def _write_marker(folder):
-    def write(temporary):
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write("This folder holds a synthetic MNIST look-alike written by scripts/train_mnist.py --synthetic "
-                    f"(seed {SYNTHETIC_DATA_SEED}); it is not MNIST. Runs without --synthetic refuse it.\n")
-
-    write_atomically(os.path.join(folder, SYNTHETIC_MARKER), write)
-
-
 def _synthetic(folder):
     check_writable("--data-dir", folder, folder=True)
     refusal = f"--synthetic will not write into --data-dir {folder}"
@@ -119,7 +110,9 @@ def _synthetic(folder):
         if found:
             raise TrainingError(f"{refusal}: it holds MNIST files that --synthetic did not write ({found[0]}); "
                                 "choose another folder")
-        _write_marker(folder)
+        write_text(os.path.join(folder, SYNTHETIC_MARKER),
+                   "This folder holds a synthetic MNIST look-alike written by scripts/train_mnist.py --synthetic "
+                   f"(seed {SYNTHETIC_DATA_SEED}); it is not MNIST. Runs without --synthetic refuse it.\n")
     try:
         if validate_mnist_dir(folder) == SYNTHETIC_SIZES:
             return folder  # written by an earlier synthetic run: the same seed wrote the same bytes
