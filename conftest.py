@@ -4,10 +4,12 @@ MindSpore writes into the working directory: ``rank_0/om/analyze_fail.ir`` when 
 compile (tests make some fail on purpose; ``MS_OM_PATH`` moves it, for the tests' subprocesses too),
 ``rewritten_network/`` when ``amp.auto_mixed_precision`` rewrites a network. So the session runs
 in a temporary folder, and each doctest in an empty one of its own, where its examples can write
-files by short relative names.
+files by short relative names. Every test starts in the execution mode the session started in:
+training sets MindSpore's global mode, and a test left in GRAPH_MODE changed what later tests ran.
 """
 import os
 
+import mindspore as ms
 import pytest
 from _pytest.doctest import DoctestItem
 
@@ -25,3 +27,10 @@ def outside_the_checkout(tmp_path_factory):
 def doctest_folder(request, monkeypatch):
     if isinstance(request.node, DoctestItem):
         monkeypatch.chdir(request.getfixturevalue("tmp_path"))
+
+
+@pytest.fixture(autouse=True)
+def same_execution_mode():
+    mode = ms.get_context("mode")
+    yield
+    ms.set_context(mode=mode)
