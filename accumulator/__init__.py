@@ -7,9 +7,9 @@ gradient noise scale), ``state`` (checkpoints), ``cell``
 ``window`` (a whole window per compiled call), ``batchnorm`` (moving
 statistics from the whole window), ``selfcheck`` (does accumulation equal
 the large batch on your net?), ``whole_batch`` (losses over the whole
-window, such as contrastive ones, made exact); ``checks`` and ``files``
-are the argument checks and the atomic file write the rest of the project
-shares.
+window, such as contrastive ones, made exact); ``checks``, ``files``,
+``constants`` and ``layers`` are the argument checks, the atomic file
+write, the graphs' constants and the dropout/BatchNorm scan the rest shares.
 """
 __version__ = "0.1.0"  # the one source: setup.py reads it from here
 

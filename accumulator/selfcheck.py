@@ -19,6 +19,7 @@ from mindspore import Tensor, nn, ops
 
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import WindowBatchNorm
+from accumulator.layers import active_dropouts, batch_statistics_norms
 
 # Relative to each gradient tensor's largest element. The window and the
 # large batch add the same per-sample terms in a different order (per
@@ -30,9 +31,6 @@ from accumulator.batchnorm import WindowBatchNorm
 # net in tests/test_selfcheck.py.
 RTOL = 1e-4
 
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-# mint.nn's Dropout and Dropout2d are DropoutExt and Dropout2dExt.
-_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.DropoutExt, nn.Dropout2dExt)
 # Relative weights this close to the micro-batches' sizes are the sizes.
 _SIZE_MATCH = 1e-3
 
@@ -295,10 +293,8 @@ def _scale_reason(scale, reduction, counts):
 def _training_mode_reasons(network):
     if network is None:
         return []
-    batch_norms = [(name, cell) for name, cell in network.cells_and_names() if isinstance(cell, _BATCH_NORMS)
-                   and (cell.use_batch_statistics or (cell.use_batch_statistics is None and cell.training))]
-    dropouts = [f"{name}, rate {_dropout_rate(cell):g}" for name, cell in network.cells_and_names()
-                if isinstance(cell, _DROPOUTS) and cell.training and _dropout_rate(cell) > 0]
+    batch_norms = batch_statistics_norms(network)
+    dropouts = [f"{name}, rate {rate:g}" for name, _, rate in active_dropouts(network)]
     plain = [name for name, cell in batch_norms if not isinstance(cell, WindowBatchNorm)]
     converted = [name for name, cell in batch_norms if isinstance(cell, WindowBatchNorm)]
     reasons = []
@@ -313,14 +309,6 @@ def _training_mode_reasons(network):
     if dropouts:
         reasons.append(f"dropout in training mode ({', '.join(dropouts)}): every forward pass draws new masks")
     return reasons
-
-
-def _dropout_rate(cell):
-    """The probability of dropping an element: ``p`` or ``prob`` where the layer has one, else 1 - ``keep_prob``."""
-    for attribute in ("p", "prob"):
-        if getattr(cell, attribute, None) is not None:
-            return float(getattr(cell, attribute))
-    return 1.0 - float(cell.keep_prob)
 
 
 def _snapshot(network, accumulator):

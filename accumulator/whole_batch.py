@@ -27,9 +27,8 @@ from mindspore import Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_rank
 
 from accumulator.accumulator import Accumulator
+from accumulator.layers import active_dropouts, batch_statistics_norms
 
-_DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.DropoutExt, nn.Dropout2dExt)
-_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 
 class AllGatherRepresentations:
@@ -80,23 +79,10 @@ def _random_layers(network):
         >>> _random_layers(net.set_train())
         ['1 (Dropout with p=0.1 in training mode)', '2 (BatchNorm1d in training mode)']
     """
-    found = []
-    for name, cell in network.cells_and_names():
-        kind = type(cell).__name__
-        if isinstance(cell, _DROPOUTS) and cell.training and _drop_rate(cell) > 0:
-            found.append(f"{name} ({kind} with p={_drop_rate(cell):g} in training mode)")
-        elif isinstance(cell, _BATCH_NORMS) and (cell.use_batch_statistics or
-                                                  (cell.use_batch_statistics is None and cell.training)):
-            found.append(f"{name} ({kind} in training mode)")
-    return found
-
-
-def _drop_rate(dropout):
-    # MindSpore 2.10's dropouts name their rate p, prob, or (deprecated) keep_prob.
-    for name in ("p", "prob"):
-        if getattr(dropout, name, None) is not None:
-            return float(getattr(dropout, name))
-    return 1.0 - float(dropout.keep_prob)
+    dropouts = [f"{name} ({type(cell).__name__} with p={rate:g} in training mode)"
+                for name, cell, rate in active_dropouts(network)]
+    return dropouts + [f"{name} ({type(cell).__name__} in training mode)"
+                       for name, cell in batch_statistics_norms(network)]
 
 
 def _as_tuple(value):
