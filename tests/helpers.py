@@ -12,6 +12,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
+from accumulator import Accumulator
 from data.tokens import PAD, pad_batch, random_sequences
 from training.optimizers import OPTIMIZERS, make_optimizer as training_optimizer
 
@@ -129,6 +130,21 @@ class DoublingReducer:
     def __call__(self, tensors):
         ops.assign(self.seen_weight, tensors[-1])
         return self.map(_double, tensors)
+
+
+def reduced_window_state(net, optimizer, x, y, sizes=(5, 3, 8)):
+    """The optimizer's state after one counted window of micro-batches of ``sizes`` through ``DoublingReducer``.
+
+    Doubled sums over a doubled weight are the same mean, so the state equals
+    the large batch's only if the weight went through the reducer as well.
+    """
+    reducer = DoublingReducer()
+    accumulator = Accumulator(optimizer, len(sizes), grad_reducer=reducer)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
+    for data, label in split(x, y, list(sizes)):
+        step(data, label, Tensor(len(data), ms.int32))
+    assert float(reducer.seen_weight) == float(len(x))
+    return optimizer_state(optimizer)
 
 
 class Scale(nn.Cell):
