@@ -13,15 +13,19 @@ SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
 
 
+def synthetic_folder(tmp_path_factory, name, n_train):
+    folder = str(tmp_path_factory.mktemp(name))
+    write_synthetic_mnist(folder, n_train=n_train, n_test=SYNTHETIC_TEST, seed=0)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def synthetic_mnist_dir(tmp_path_factory):
     """A folder with ``train/`` (200 samples) and ``test/`` (100) synthetic MNIST idx files.
 
     Session-wide and shared: copy it before changing anything in it.
     """
-    folder = str(tmp_path_factory.mktemp("synthetic_mnist"))
-    write_synthetic_mnist(folder, n_train=SYNTHETIC_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
-    return folder
+    return synthetic_folder(tmp_path_factory, "synthetic_mnist", SYNTHETIC_TRAIN)
 
 
 SYNTHETIC_EVEN_TRAIN = 192
@@ -33,28 +37,18 @@ def synthetic_mnist_even_dir(tmp_path_factory):
 
     Session-wide and shared: copy it before changing anything in it.
     """
-    folder = str(tmp_path_factory.mktemp("synthetic_mnist_even"))
-    write_synthetic_mnist(folder, n_train=SYNTHETIC_EVEN_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
-    return folder
-
-
-@pytest.fixture
-def restore_mode():
-    """Puts MindSpore's global execution mode back after a test that sets it (training does)."""
-    previous = ms.get_context("mode")
-    yield
-    ms.set_context(mode=previous)
+    return synthetic_folder(tmp_path_factory, "synthetic_mnist_even", SYNTHETIC_EVEN_TRAIN)
 
 
 @pytest.fixture(params=["graph", "pynative"])
-def mode(request, restore_mode):
-    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE, then restores the mode."""
+def mode(request):
+    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE (the root conftest.py restores the mode)."""
     ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
     return request.param
 
 
 @pytest.fixture
-def train_mnist_run(restore_mode):
+def train_mnist_run():
     """Trains on MNIST idx files in this process, as the tool does: ``(data_dir, **settings) -> (summary, state)``.
 
     ``settings`` are ``TrainConfig`` fields; ``state`` holds every parameter

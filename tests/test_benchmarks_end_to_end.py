@@ -20,7 +20,7 @@ def tiny_mnist(tmp_path_factory):
     return folder
 
 
-def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist, restore_mode):
+def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     runs = []
     for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True):
         runs.append(dict(spec, **end_to_end.measure(spec, progress=False)))

@@ -115,7 +115,7 @@ def inverse(optimizer):
 
 @pytest.mark.parametrize("family, scheduler", [(family, None) for family in FAMILIES]
                          + [("experimental.optim.SGD", inverse)])
-def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path, restore_mode, family, scheduler):
+def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path, family, scheduler):
     # Graph mode: in PyNative, mint.optim.Adam's step counter never advances (see the test below).
     ms.set_context(mode=ms.GRAPH_MODE)
     x, y = make_data(SAMPLES)
@@ -172,7 +172,7 @@ def test_an_lr_scheduler_stepped_per_applied_window_follows_the_large_batch(tmp_
     assert_identical(full_state(optimizer, accumulator), uninterrupted)
 
 
-def test_mint_adam_run_eagerly_in_pynative_never_advances_its_step(restore_mode):
+def test_mint_adam_run_eagerly_in_pynative_never_advances_its_step():
     # MindSpore 2.10: Parameter.add_ outside a compiled graph leaves the Parameter as it was, and
     # mint.optim.Adam counts its steps with it, so its bias correction stays the first step's. Not ours
     # to fix: run mint.optim optimizers inside ms.jit or in GRAPH_MODE (docs/mindspore-behaviours.md).

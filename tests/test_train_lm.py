@@ -23,7 +23,6 @@ SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_lm.py")
 UNREACHABLE_URL = "http://127.0.0.1:9/input.txt"
 TINY = ["--width", "32", "--depth", "1", "--max-length", "64", "--batch-size", "4", "--accumulate-step", "2",
         "--sample-tokens", "0"]
-pytestmark = pytest.mark.usefixtures("restore_mode")
 
 
 @pytest.fixture

@@ -35,8 +35,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_mnist.py")
 # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
 UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"
-# main() sets MindSpore's global execution mode; other test files expect theirs.
-pytestmark = pytest.mark.usefixtures("restore_mode")
 
 
 def run_script(*argv, cwd=REPO_ROOT):

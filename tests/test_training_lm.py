@@ -8,7 +8,6 @@ from training.config import TrainConfig
 from training.lm import MAX_LENGTH, PAD_MULTIPLE, generate, lm_task, lm_windows
 from training.loop import build_run, train_on_windows
 
-pytestmark = pytest.mark.usefixtures("restore_mode")
 TINY = dict(width=32, depth=1, heads=4, max_length=64)
 
 
