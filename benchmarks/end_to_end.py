@@ -17,6 +17,12 @@ own ceiling with ``train_epoch`` fed by ``mindspore.dataset`` pipelines:
 batch) and, with ``--experiments``, the other candidates. Apart, so that
 their threads never share a worker with the tool's timing.
 
+An ``lm`` worker does the same for ``scripts/train_lm.py``: its task
+(``training.lm.lm_task``, on the ``--synthetic`` text) against its step on
+windows of padded Tensors built beforehand, in tokens/s: every worker
+counts what its task counts (``Task.count``: MNIST's samples, the language
+model's tokens), in the field ``samples``.
+
 A last worker, when PyTorch is installed, trains the same network with the
 same accumulation (summed loss, divided by the window's samples; one update
 per window, the short last window too) on the same in-memory data, in eager
@@ -32,8 +38,9 @@ import tempfile
 import time
 
 # Which step each worker runs: the per-micro-step loop, --window-step, the PyTorch reference.
-STEPS = ("micro", "window", "pipelines", "torch")
-STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "pipelines": "pipelines", "torch": "PyTorch"}
+STEPS = ("micro", "window", "pipelines", "lm", "torch")
+STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "pipelines": "pipelines",
+              "lm": "LM, tokens/s", "torch": "PyTorch"}
 PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory",
              "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads",
              # Pipeline candidates (--experiments): the tool fed by other mindspore.dataset pipelines.
@@ -45,23 +52,28 @@ TOOL_VS_CEILING = 0.9
 FIRST_EPOCH_EXTRA_S = 2.0
 
 
-def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False):
-    """One spec per worker: per-micro-step, window step, the dataset pipelines and, with ``torch``, PyTorch.
+def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False,
+               text_bytes=None, max_length=None):
+    """One spec per worker: per-micro-step, window step, the dataset pipelines, the LM and, with ``torch``, PyTorch.
 
     ``torch`` None: when it is importable. ``data_dir`` None: each worker
     writes the ``--synthetic`` set to a temporary folder. ``experiments``
-    adds the pipeline candidates to the per-micro-step worker.
+    adds the pipeline candidates to the per-micro-step worker. The LM's
+    synthetic text has ``text_bytes`` and samples of ``max_length`` tokens at
+    most (None: ``scripts/train_lm.py --synthetic``'s).
 
     Example:
         >>> [spec["step"] for spec in make_specs(32, 2, epochs=6, torch=False)]
-        ['micro', 'window', 'pipelines']
+        ['micro', 'window', 'pipelines', 'lm']
     """
     if torch is None:
         import importlib.util
         torch = importlib.util.find_spec("torch") is not None
-    steps = STEPS if torch else STEPS[:3]
+    steps = [step for step in STEPS if torch or step != "torch"]
+    lm = dict(text_bytes=text_bytes, max_length=max_length)
     return [dict(kind="end_to_end", step=step, batch=batch, accumulate=accumulate, epochs=epochs,
-                 data_dir=data_dir, device_target=device_target, experiments=experiments) for step in steps]
+                 data_dir=data_dir, device_target=device_target, experiments=experiments,
+                 **(lm if step == "lm" else {})) for step in steps]
 
 
 def _grouped(batches, accumulate_step):
@@ -108,8 +120,8 @@ def _pipeline_windows(name, split_dir):
     return train_windows
 
 
-def _ceiling_epoch(run, windows, batch_size, accumulate_step):
-    """The run's compiled steps over windows already in memory, as ``train_epoch`` steps them; returns the samples.
+def _ceiling_epoch(run, windows, batch_size, accumulate_step, count):
+    """The run's compiled steps over windows already in memory, as ``train_epoch`` steps them; returns what ``count`` counted.
 
     ``training.loop.train_on_windows`` without the data reading, the
     progress bar and the epoch's bookkeeping: the same calls in the same
@@ -117,15 +129,25 @@ def _ceiling_epoch(run, windows, batch_size, accumulate_step):
     """
     import mindspore as ms
     from training.loop import train_on_windows
-    samples = sum(samples for _, _, samples in train_on_windows(run, windows, batch_size, accumulate_step))
+    counted = sum(counted for _, counted, _ in train_on_windows(run, windows, batch_size, accumulate_step, count))
     ms.runtime.synchronize()
-    return samples
+    return counted
 
 
 def _timed(function):
     started = time.perf_counter()
     samples = function()
     return dict(seconds=time.perf_counter() - started, samples=samples)
+
+
+def _lm_task(spec, folder):
+    """``scripts/train_lm.py --synthetic``'s task (its AdamW too), its text written into ``folder``."""
+    from data.download import write_text
+    from data.text import CORPUS_FILE, synthetic_text
+    from training.lm import MAX_LENGTH, SYNTHETIC_BYTES, SYNTHETIC_DATA_SEED, lm_task
+    path = os.path.join(folder, CORPUS_FILE)
+    write_text(path, synthetic_text(spec.get("text_bytes") or SYNTHETIC_BYTES, seed=SYNTHETIC_DATA_SEED))
+    return lm_task(path, max_length=spec.get("max_length") or MAX_LENGTH), "adamw"
 
 
 def _measure_mindspore(spec, data_dir, progress):
@@ -135,15 +157,15 @@ def _measure_mindspore(spec, data_dir, progress):
     from training.loop import build_run, train_epoch
     from training.mnist import mnist_task
 
+    task, optimizer = _lm_task(spec, data_dir) if spec["step"] == "lm" else (mnist_task(data_dir), "sgd")
     config = configure_context(TrainConfig(batch_size=spec["batch"], accumulate_step=spec["accumulate"],
                                            epochs=spec["epochs"], window_step=spec["step"] == "window",
-                                           device_target=spec.get("device_target", "CPU")))
-    task = mnist_task(data_dir)
+                                           optimizer=optimizer, device_target=spec.get("device_target", "CPU")))
     run = build_run(config, task)
     epoch = iter(range(1, 10 ** 6))
 
-    def tool(on=task):
-        return lambda: train_epoch(run, on, config, next(epoch), progress)["samples"]
+    def tool(on=task):  # what the task counts: samples, or tokens (a single process counts them all)
+        return lambda: train_epoch(run, on, config, next(epoch), progress)["counted"]
 
     variants = {"tool": tool()}
     if spec["step"] == "pipelines":
@@ -156,7 +178,7 @@ def _measure_mindspore(spec, data_dir, progress):
         _timed(variant)  # each pipeline's own first epoch: its threads start
     windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
                                       drop_remainder=False, num_shards=None, shard_id=None))
-    variants["ceiling"] = lambda: _ceiling_epoch(run, windows, config.batch_size, config.accumulate_step)
+    variants["ceiling"] = lambda: _ceiling_epoch(run, windows, config.batch_size, config.accumulate_step, task.count)
     epochs = {name: [] for name in variants}
     names = list(variants)
     for index in range(spec["epochs"] - 1):
@@ -222,7 +244,7 @@ def measure(spec, progress=True):
         raise ValueError(f"an end-to-end spec needs step (one of {', '.join(STEPS)}), batch, accumulate and "
                          f"epochs; got {spec}")
     with tempfile.TemporaryDirectory(prefix="mnist_synthetic_") as scratch:
-        data_dir = spec.get("data_dir")
+        data_dir = spec.get("data_dir") if spec["step"] != "lm" else scratch
         if not data_dir:
             from data.idx import write_synthetic_mnist
             from training.mnist import SYNTHETIC_DATA_SEED, SYNTHETIC_SIZES
@@ -245,7 +267,7 @@ def run_end_to_end(specs, repeats, timeout=600, log=None):
         >>> import io
         >>> runs = run_end_to_end([dict(kind="end_to_end", step="nope")], repeats=1, log=io.StringIO())
         >>> runs[0]["error"].splitlines()[-1]
-        "ValueError: an end-to-end spec needs step (one of micro, window, pipelines, torch), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
+        "ValueError: an end-to-end spec needs step (one of micro, window, pipelines, lm, torch), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
     """
     from benchmarks.runner import run_module
     log = log or sys.stderr
@@ -425,7 +447,7 @@ def main(argv=None):
     Example:
         >>> main(['{"step": "micro"}'])
         Traceback (most recent call last):
-        ValueError: an end-to-end spec needs step (one of micro, window, pipelines, torch), batch, accumulate and epochs; got {'step': 'micro'}
+        ValueError: an end-to-end spec needs step (one of micro, window, pipelines, lm, torch), batch, accumulate and epochs; got {'step': 'micro'}
     """
     from benchmarks.worker import RESULT_PREFIX
     spec = json.loads((sys.argv[1:] if argv is None else argv)[0])

@@ -45,6 +45,8 @@ OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEFAULTS = dict(batch_size=8, accumulate_step=4, epochs=3, lr=1e-2, optimizer="adamw")
 # The flags that are not TrainConfig fields: the data, the model and the loss.
 TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "loss", "sample_tokens")
+# Those that change the samples, the network or the arithmetic: a resumed run must repeat them.
+RUN_FLAGS = ("width", "depth", "heads", "max_length", "loss")
 
 
 def build_parser():
@@ -96,7 +98,7 @@ def parse_args(argv=None):
         (64, True, 32)
     """
     parser = build_parser()
-    config, flags = parse_config(parser, argv, TOOL_FLAGS)
+    config, flags = parse_config(parser, argv, TOOL_FLAGS, RUN_FLAGS)
     if flags["width"] % flags["heads"]:
         parser.error(f"--width {flags['width']} must be a multiple of --heads {flags['heads']}")
     return config, flags

@@ -8,6 +8,8 @@ import pytest
 
 from benchmarks import end_to_end
 from data.idx import write_synthetic_mnist
+from data.text import encode, split_corpus, split_samples, synthetic_text
+from training.lm import SYNTHETIC_DATA_SEED
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "benchmark.py")
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -22,16 +24,21 @@ def tiny_mnist(tmp_path_factory):
 
 def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     runs = []
-    for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True):
+    for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True,
+                                      text_bytes=3000, max_length=32):
         runs.append(dict(spec, **end_to_end.measure(spec, progress=False)))
-    expected = {"micro": ["tool", "ceiling"], "window": ["tool", "ceiling"],
+    expected = {"micro": ["tool", "ceiling"], "window": ["tool", "ceiling"], "lm": ["tool", "ceiling"],
                 "pipelines": ["engine", "engine_1", "slices", "generator", "ceiling"], "torch": ["loop"]}
-    assert [run["step"] for run in runs] == ["micro", "window", "pipelines"] + (["torch"] if HAS_TORCH else [])
+    assert [run["step"] for run in runs] == ["micro", "window", "pipelines", "lm"] + (["torch"] if HAS_TORCH else [])
+    # The LM counts the targets of its training samples: every token, the short last window's too.
+    train, _ = split_corpus(split_samples(encode(synthetic_text(3000, SYNTHETIC_DATA_SEED)), 32))
+    counted = {"lm": sum(len(sample) - 1 for sample in train)}
     for run in runs:
         assert list(run["epochs"]) == expected[run["step"]]
-        assert run["first"]["samples"] == 80 and run["first"]["seconds"] > 0
+        each = counted.get(run["step"], 80)
+        assert run["first"]["samples"] == each and run["first"]["seconds"] > 0
         for epochs in run["epochs"].values():
-            assert [epoch["samples"] for epoch in epochs] == [80, 80]  # every sample, the short batch too
+            assert [epoch["samples"] for epoch in epochs] == [each, each]  # every sample, the short batch too
             assert all(epoch["seconds"] > 0 for epoch in epochs)
 
     rows = end_to_end.summarize(runs)
@@ -40,9 +47,9 @@ def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     tools = [row for row in rows if row["pipeline"] == "tool"]
     assert all(row["vs_ceiling"] > 0 and row["paired_vs_ceiling"] > 0 and row["first_epoch_s"] > 0 for row in tools)
     checks = end_to_end.check_targets(rows)
-    assert len(checks) == 4 and all(isinstance(check["met"], bool) for check in checks)
+    assert len(checks) == 6 and all(isinstance(check["met"], bool) for check in checks)
     table = end_to_end.format_table(rows)
-    assert "training tool (data in memory)" in table and "tool on mindspore.dataset" in table
+    assert "training tool (data in memory)" in table and "tool on mindspore.dataset" in table and "LM, tokens/s" in table
     assert ("PyTorch's loop:" in table) == HAS_TORCH
 
 

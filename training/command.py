@@ -121,11 +121,14 @@ def make_parser(prog, description, optimizers, defaults, sample="sample"):
     return parser, data
 
 
-def parse_config(parser, argv, tool_flags):
+def parse_config(parser, argv, tool_flags, run_flags=()):
     """The checked flags as ``(TrainConfig, {tool flag: value})``; errors exit with status 2 and a usage line.
 
     ``tool_flags`` name the parser's destinations that are not
-    ``TrainConfig`` fields (where the data comes from, the model's size).
+    ``TrainConfig`` fields (where the data comes from, the model's size);
+    those of them in ``run_flags`` define the run (the model's size, not
+    where the data comes from): they go into the config's ``tool_settings``,
+    so that a resume with other values is refused, naming the flag.
 
     Example:
         >>> parser, data = make_parser("tool.py", "A tool.", ("sgd",), dict(batch_size=8, accumulate_step=2,
@@ -134,6 +137,8 @@ def parse_config(parser, argv, tool_flags):
         >>> config, flags = parse_config(parser, ["--batch-size", "4", "--synthetic"], ("synthetic",))
         >>> config.effective_batch_size, flags
         (8, {'synthetic': True})
+        >>> parse_config(parser, ["--synthetic"], ("synthetic",), run_flags=("synthetic",))[0].tool_settings
+        {'synthetic': True}
     """
     flags = vars(parser.parse_args(argv))
     if flags["plot"]:
@@ -143,7 +148,7 @@ def parse_config(parser, argv, tool_flags):
             parser.error("--plot needs matplotlib: pip install matplotlib (or pip install .[plot])")
     own = {name: flags.pop(name) for name in tool_flags}
     try:
-        return TrainConfig(**flags), own
+        return TrainConfig(**flags, tool_settings={name: own[name] for name in run_flags}), own
     except ValueError as error:  # flags that exclude each other: TrainConfig checks them, in its fields' names
         parser.error(in_flags(str(error), flags))
 

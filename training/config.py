@@ -45,8 +45,10 @@ class TrainConfig:
     ``accumulate_step`` is an int or ``"auto"`` (N follows the measured
     noise scale, and ``track_noise`` is implied); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
-    equivalence self-check before training. Bad values raise ``ValueError``
-    naming the field and the value.
+    equivalence self-check before training. ``tool_settings`` holds a tool's
+    own flags that define its run (``{"width": 64}`` for ``--width 64``):
+    checkpoints record them and a resumed run must repeat them, as it must
+    ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
 
     Example:
         >>> config = TrainConfig(batch_size=32, accumulate_step=4)
@@ -77,6 +79,7 @@ class TrainConfig:
     plot: Optional[str] = None
     track_noise: bool = False
     check: bool = False
+    tool_settings: dict = dataclasses.field(default_factory=dict)
     rank: int = 0
     ranks: int = 1
 
@@ -99,6 +102,10 @@ class TrainConfig:
             raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
         for name in ("ckpt_dir", "log_json", "plot"):
             _optional_path(getattr(self, name), name)
+        if not isinstance(self.tool_settings, dict) or not all(
+                isinstance(name, str) and name not in RESUME_FIELDS for name in self.tool_settings):
+            raise ValueError(f"tool_settings must be a dict of flag names other than {RESUME_FIELDS}, "
+                             f"got {self.tool_settings!r}")
         if self.keep_checkpoints is not None:
             positive_int(self.keep_checkpoints, "keep_checkpoints")
         for name in ("resume", "overwrite", "keep_checkpoints"):
@@ -169,10 +176,11 @@ class TrainConfig:
         return self.rank == 0
 
     def resume_settings(self):
-        """The settings a checkpoint records and a resumed run must repeat exactly.
+        """The settings a checkpoint records and a resumed run must repeat exactly: ``RESUME_FIELDS`` and ``tool_settings``.
 
         Example:
-            >>> TrainConfig().resume_settings()["accumulate_step"]
-            2
+            >>> settings = TrainConfig(tool_settings={"width": 64}).resume_settings()
+            >>> settings["accumulate_step"], settings["width"]
+            (2, 64)
         """
-        return {name: getattr(self, name) for name in RESUME_FIELDS}
+        return {**{name: getattr(self, name) for name in RESUME_FIELDS}, **self.tool_settings}
