@@ -25,7 +25,7 @@ from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem
 from data.tokens import PAD, pad_batch, padded_length, token_count, window_batches
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
-from training.outputs import check_writable
+from training.outputs import check_writable, claim_for_synthetic
 from training.records import noise_suffix
 from training.task import Task
 
@@ -306,18 +306,11 @@ def is_synthetic(data_dir):
 
 
 def _synthetic(folder):
-    check_writable("--data-dir", folder, folder=True)
-    refusal = f"--synthetic will not write into --data-dir {folder}"
-    if os.path.realpath(folder) == os.path.realpath(DEFAULT_TEXT_DIR):
-        raise TrainingError(f"{refusal}: Tiny Shakespeare is downloaded there; choose another folder, or leave "
-                            "out --data-dir for a temporary one")
     path = os.path.join(folder, CORPUS_FILE)
-    if not is_synthetic(folder):
-        if os.path.exists(path):
-            raise TrainingError(f"{refusal}: it holds {path}, which --synthetic did not write; choose another folder")
-        write_text(os.path.join(folder, SYNTHETIC_MARKER),
-                   "This folder holds a synthetic text written by scripts/train_lm.py --synthetic (seed "
-                   f"{SYNTHETIC_DATA_SEED}); it is not Tiny Shakespeare. Runs without --synthetic refuse it.\n")
+    held = f"{path}, which --synthetic did not write" if os.path.exists(path) else None
+    claim_for_synthetic(folder, DEFAULT_TEXT_DIR, "Tiny Shakespeare", held, SYNTHETIC_MARKER,
+                        "This folder holds a synthetic text written by scripts/train_lm.py --synthetic (seed "
+                        f"{SYNTHETIC_DATA_SEED}); it is not Tiny Shakespeare. Runs without --synthetic refuse it.\n")
     text = synthetic_text(SYNTHETIC_BYTES, SYNTHETIC_DATA_SEED)
     with open(path, "a+", encoding="utf-8") as f:
         f.seek(0)

@@ -9,13 +9,12 @@ import os
 import tempfile
 
 import data.mnist  # read MNIST_URL at call time, so tests can patch it
-from data.download import write_text
 from data.idx import SPLIT_FILES, MnistFormatError, validate_mnist_dir, write_synthetic_mnist
 from data.mnist import (DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, load_mnist_split,
                         mnist_batches, mnist_windows)
 from models.mnist import MnistDenseNet, mnist_loss
 from training.errors import TrainingError
-from training.outputs import check_writable
+from training.outputs import check_writable, claim_for_synthetic
 from training.task import Task
 
 # A tenth of MNIST: enough updates at the default settings to pass 95% in two epochs.
@@ -100,19 +99,11 @@ def _mnist_files(folder):
 
 
 def _synthetic(folder):
-    check_writable("--data-dir", folder, folder=True)
-    refusal = f"--synthetic will not write into --data-dir {folder}"
-    if os.path.realpath(folder) == os.path.realpath(DEFAULT_DATA_DIR):
-        raise TrainingError(f"{refusal}: real MNIST is downloaded there; choose another folder, or leave out "
-                            "--data-dir for a temporary one")
-    if not is_synthetic(folder):
-        found = _mnist_files(folder)
-        if found:
-            raise TrainingError(f"{refusal}: it holds MNIST files that --synthetic did not write ({found[0]}); "
-                                "choose another folder")
-        write_text(os.path.join(folder, SYNTHETIC_MARKER),
-                   "This folder holds a synthetic MNIST look-alike written by scripts/train_mnist.py --synthetic "
-                   f"(seed {SYNTHETIC_DATA_SEED}); it is not MNIST. Runs without --synthetic refuse it.\n")
+    found = _mnist_files(folder)
+    held = f"MNIST files that --synthetic did not write ({found[0]})" if found else None
+    claim_for_synthetic(folder, DEFAULT_DATA_DIR, "real MNIST", held, SYNTHETIC_MARKER,
+                        "This folder holds a synthetic MNIST look-alike written by scripts/train_mnist.py --synthetic "
+                        f"(seed {SYNTHETIC_DATA_SEED}); it is not MNIST. Runs without --synthetic refuse it.\n")
     try:
         if validate_mnist_dir(folder) == SYNTHETIC_SIZES:
             return folder  # written by an earlier synthetic run: the same seed wrote the same bytes

@@ -8,6 +8,7 @@ data, Ctrl-C) leaves no empty folder behind.
 import os
 import tempfile
 
+from data.download import write_text
 from training.arguments import flag
 from training.checkpoints import check_ckpt_dir
 from training.errors import TrainingError
@@ -48,6 +49,39 @@ def check_writable(flag, path, folder=False):
             pass
     except OSError as error:
         raise TrainingError(f"{flag} {path}: cannot create a file in {nearest} ({error.strerror})") from None
+
+
+def claim_for_synthetic(folder, real_folder, real_name, held, marker, note):
+    """Lets ``--synthetic`` write into ``--data-dir`` ``folder``: checks it, then marks it with ``marker``.
+
+    Raises ``TrainingError`` naming the flag and the folder for the folder
+    the real data (``real_name``) is downloaded to, and for an unmarked
+    folder that holds real data files (``held`` says which; None when it
+    holds none). An unmarked folder gets the file ``marker`` holding
+    ``note``, so runs without ``--synthetic`` can refuse it later.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> claim_for_synthetic(folder, "MNIST_Data", "real MNIST", None, "SYNTHETIC.txt", "not MNIST")
+        >>> os.listdir(folder)
+        ['SYNTHETIC.txt']
+        >>> claim_for_synthetic(tempfile.mkdtemp(), "MNIST_Data", "real MNIST", "train-images-idx3-ubyte",
+        ...                     "SYNTHETIC.txt", "not MNIST")
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: --synthetic will not write into --data-dir /...: it holds train-images-idx3-ubyte; choose another folder
+    """
+    check_writable("--data-dir", folder, folder=True)
+    refusal = f"--synthetic will not write into --data-dir {folder}"
+    if os.path.realpath(folder) == os.path.realpath(real_folder):
+        raise TrainingError(f"{refusal}: {real_name} is downloaded there; choose another folder, or leave out "
+                            "--data-dir for a temporary one")
+    if os.path.isfile(os.path.join(folder, marker)):
+        return
+    if held:
+        raise TrainingError(f"{refusal}: it holds {held}; choose another folder")
+    write_text(os.path.join(folder, marker), note)
 
 
 def check_outputs(config):
