@@ -12,7 +12,7 @@ off. Each MindSpore configuration is therefore measured with the variable set
 and unset, and contenders are compared best setting against best setting.
 
 Examples:
-    python scripts/benchmark.py --quick               # ~2 minutes (default run: ~20 on a 2-core CPU)
+    python scripts/benchmark.py --quick               # about 7 CPU-minutes: 30 minutes under heavy load
     python scripts/benchmark.py --json bench.json --plot bench.png
     python scripts/benchmark.py --nets wide --contenders plain_micro,accumulator
     python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
