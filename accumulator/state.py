@@ -87,12 +87,10 @@ def save_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
     Example:
         >>> import os, tempfile
         >>> from mindspore import nn
-        >>> from accumulator import Accumulator
         >>> net = nn.Dense(3, 1)
-        >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
-        >>> path = os.path.join(tempfile.mkdtemp(), "run", "last.ckpt")
-        >>> save_checkpoint(path, net, optimizer, Accumulator(optimizer, 4), extra={"epoch": 3})
-        >>> os.listdir(os.path.dirname(path))
+        >>> folder = os.path.join(tempfile.mkdtemp(), "run")  # created if missing
+        >>> save_checkpoint(os.path.join(folder, "last.ckpt"), net, nn.SGD(net.trainable_params(), 0.1))
+        >>> os.listdir(folder)
         ['last.ckpt']
     """
     state = training_state(network, optimizer, accumulator, loss_scaler, lr_scheduler)
