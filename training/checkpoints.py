@@ -183,14 +183,15 @@ def check_settings(path, config):
     not as the optimizer state it leaves missing. The message names each flag,
     the value the run was started with and the value given now.
 
-    Example:
+    Example: a run of one epoch saved its checkpoint; a resume with other flags is refused.
         >>> import tempfile
         >>> from training.config import TrainConfig
-        >>> from training.loop import build_run
+        >>> from training.loop import train
         >>> from training.task import toy_task
-        >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp())
-        >>> path = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [{"epoch": 1}])
-        >>> check_settings(path, TrainConfig(optimizer="adam", accumulate_step=4))
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = train(TrainConfig(mode="pynative", epochs=1, ckpt_dir=folder), toy_task(), progress=False)
+        toy: ...
+        >>> check_settings(checkpoint_path(folder, 1), TrainConfig(optimizer="adam", accumulate_step=4))
         Traceback (most recent call last):
         ...
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
@@ -211,15 +212,18 @@ def resume(run, config, say=print):
     raises ``TrainingError`` rather than start afresh or resume inexactly.
     ``say`` prints where it resumed from.
 
-    Example:
+    Example: a damaged checkpoint is skipped (with a warning on stderr), and then nothing is left to resume.
         >>> import tempfile
         >>> from training.config import TrainConfig
         >>> from training.loop import build_run
         >>> from training.task import toy_task
         >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp(), resume=True)
-        >>> _ = save_epoch_checkpoint(build_run(config, toy_task()), config, 1, [{"epoch": 1}])
-        >>> resume(build_run(config, toy_task()), config, say=lambda line: None)
-        (1, [{'epoch': 1}])
+        >>> with open(checkpoint_path(config.ckpt_dir, 1), "w") as damaged:
+        ...     _ = damaged.write("not a checkpoint")
+        >>> resume(build_run(config, toy_task()), config)
+        Traceback (most recent call last):
+        ...
+        training.errors.TrainingError: cannot resume: no readable checkpoint in --ckpt-dir ...
     """
     for path in find_checkpoints(config.ckpt_dir):
         try:
