@@ -59,7 +59,8 @@ def build_parser():
     parser, data = make_parser(
         "train_lm.py", "Train a small causal transformer on text with gradient accumulation that equals the "
         "large batch token for token, then sample from it. Each optimizer update averages the gradient over "
-        "the tokens of batch-size x accumulate-step sequences.", OPTIMIZERS, DEFAULTS, sample="sequence")
+        "the tokens of batch-size x accumulate-step sequences.", OPTIMIZERS, DEFAULTS, sample="sequence",
+        run_flags=RUN_FLAGS)
     data.add_argument("--data-dir", default=None, metavar="DIR",
                       help=f"folder with input.txt; Tiny Shakespeare is downloaded into it when missing "
                            f"(default {DEFAULT_TEXT_DIR}; with --synthetic a temporary folder)")

@@ -120,6 +120,14 @@ def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tm
     assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"] and not data_dir.exists()
 
 
+def test_resume_help_names_every_flag_a_resume_refuses_to_change():
+    help_text = " ".join(train_lm.build_parser().format_help().split())
+    resume_help = help_text[help_text.index("--resume continue"):help_text.index("--overwrite start")]
+    for name in ("batch-size", "accumulate-step", "lr", "optimizer", "seed", "shuffle", "drop-last",
+                 "loss", "max-length", "width", "depth", "heads"):
+        assert f"--{name}," in resume_help, name
+
+
 def test_window_step_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
     summary = train_lm.main(["--synthetic", "--epochs", "2", "--window-step", "--check", "--track-noise",
                              "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),

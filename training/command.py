@@ -12,9 +12,9 @@ import signal
 import sys
 import time
 
-from training.arguments import device_target, in_flags, non_negative_int, one_of, positive_float, positive_int
+from training.arguments import device_target, flag, in_flags, non_negative_int, one_of, positive_float, positive_int
 from training.checkpoints import resume_hint
-from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, TrainConfig
+from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, RESUME_FIELDS, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.interrupts import Interrupted, signals_raise_interrupted
@@ -38,12 +38,14 @@ def positive_int_or_auto(text):
     return AUTO if text == AUTO else positive_int(text)
 
 
-def make_parser(prog, description, optimizers, defaults, sample="sample"):
+def make_parser(prog, description, optimizers, defaults, sample="sample", run_flags=()):
     """A parser with the run, training, checkpoint and log flags every tool has; returns ``(parser, data group)``.
 
     ``optimizers`` are the ``--optimizer`` choices, ``defaults`` the tool's
     defaults for ``batch_size``, ``accumulate_step``, ``epochs``, ``lr`` and
-    ``optimizer``; ``sample`` names what a micro-batch holds, for the help.
+    ``optimizer``; ``sample`` names what a micro-batch holds, for the help;
+    ``run_flags`` the tool's own flags that ``--resume`` must see unchanged
+    (``parse_config``'s), named in its help after the shared ones.
 
     Example:
         >>> parser, data = make_parser("tool.py", "A tool.", ("sgd",), dict(batch_size=8, accumulate_step=2,
@@ -110,7 +112,10 @@ def make_parser(prog, description, optimizers, defaults, sample="sample"):
                              "new one is written (default: keep all)")
     output.add_argument("--resume", action="store_true",
                         help="continue from the newest checkpoint in --ckpt-dir with its next epoch, "
-                             "exactly as if never stopped (an error if there is none)")
+                             "exactly as if never stopped (an error if there is none, or if one of these "
+                             "differs from the checkpoint's: " + ", ".join(
+                                 [flag(name) for name in RESUME_FIELDS if name != "ranks"]
+                                 + [flag(name) for name in run_flags] + ["the number of ranks"]) + ")")
     output.add_argument("--overwrite", action="store_true",
                         help="start afresh in a --ckpt-dir that holds another run's checkpoints: they are "
                              "removed once the data is checked and training starts")
