@@ -17,7 +17,7 @@ import sys
 from benchmarks.analysis import SPEED_TARGETS
 from benchmarks.configs import NETS
 from benchmarks.contenders import CONTENDERS
-from benchmarks.report import note_load, format_targets, write_json
+from benchmarks.report import close_report
 from benchmarks.runner import run_module
 from benchmarks.worker import RESULT_PREFIX, prepare, time_block, use_mindspore
 
@@ -175,13 +175,7 @@ def report(nets, contenders, batch, accumulate, seconds, blocks, device_target="
     summary = [result for result in results if "rows" in result]
     if summary:
         print(format_summary(summary))
-    if checks:
-        print(format_targets(checks))
-    load = note_load(results)
-    if load:
-        print(load)
-    if json_path:
-        write_json(json_path, settings=settings, paired=results, targets=checks)
+    close_report(checks, results, json_path, settings=settings, paired=results)
     return status
 
 

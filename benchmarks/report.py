@@ -102,8 +102,31 @@ def write_json(path, **sections):
         json.dump(sections, handle, indent=1)
 
 
+def close_report(checks, runs, json_path=None, /, **sections):
+    """After the tables: the targets and the load note of ``runs`` printed; ``sections`` and the targets written to ``json_path``.
+
+    Nothing is written when ``json_path`` is None.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "bench.json")
+        >>> close_report([dict(target="t", value="v", met=True)], [dict(load_before=0.0)], path, rows=[])
+        targets:
+          met      t: v
+        >>> sorted(json.load(open(path)))
+        ['rows', 'targets']
+    """
+    if checks:
+        print(format_targets(checks))
+    load = note_load(runs)
+    if load:
+        print(load)
+    if json_path:
+        write_json(json_path, **sections, targets=checks)
+
+
 def finish(runs, rows, checks, json_path=None, settings=None, plot_path=None, draw=None):
-    """After the table: the targets and the load note printed, the JSON written, ``draw(path)`` for the plot.
+    """After the table: ``close_report``, then ``draw(path)`` for the plot.
 
     Returns the exit status: 2 when the plot could not be written, 1 when a
     row failed, else 0.
@@ -112,13 +135,7 @@ def finish(runs, rows, checks, json_path=None, settings=None, plot_path=None, dr
         >>> finish(runs=[], rows=[dict(error="boom")], checks=[])
         1
     """
-    if checks:
-        print(format_targets(checks))
-    load = note_load(runs)
-    if load:
-        print(load)
-    if json_path:
-        write_json(json_path, settings=settings, runs=runs, rows=rows, targets=checks)
+    close_report(checks, runs, json_path, settings=settings, runs=runs, rows=rows)
     if plot_path and not draw(plot_path):
         return 2
     return 1 if any("error" in row for row in rows) else 0
