@@ -59,26 +59,30 @@ class TrainConfig:
         ...
         ValueError: lr must be a positive finite number, got 0.0
     """
+    # Where and how it runs: the "run" flags of --help.
     device_target: str = "CPU"
     mode: str = "graph"
     seed: int = 0
     window_step: bool = False
     distributed: bool = False
+    # How it trains: the "training" flags.
     batch_size: int = 32
     accumulate_step: int = 2
     epochs: int = 3
     lr: float = 1e-2
     optimizer: str = "sgd"
     shuffle: bool = True
+    track_noise: bool = False
+    check: bool = False
     drop_last: bool = False
+    # What it writes: the "checkpoints and logs" flags.
     ckpt_dir: Optional[str] = None
     keep_checkpoints: Optional[int] = None
     resume: bool = False
     overwrite: bool = False
     log_json: Optional[str] = None
     plot: Optional[str] = None
-    track_noise: bool = False
-    check: bool = False
+    # A tool's own run-defining flags; this process's rank and the number of ranks, found at run time.
     tool_settings: dict = dataclasses.field(default_factory=dict)
     rank: int = 0
     ranks: int = 1

@@ -84,12 +84,14 @@ class Task:
         >>> task.make_net()(x).shape
         (2, 2)
     """
+    # The problem: every task names these.
     description: str
     train_samples: int
     make_net: Callable
     make_loss: Callable
     train_windows: Callable[..., Iterable[list]]
     test_batches: Callable[[int], Iterable[tuple]]
+    # How it is counted, scored and reported: a classifier's defaults.
     count: Callable = count_rows
     correct: Callable = count_correct
     learning_rate: Optional[Callable] = None
