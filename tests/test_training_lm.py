@@ -1,11 +1,11 @@
-"""training.lm: token-weighted windows equal the large batch, the naive mean does not; shapes per epoch; sampling."""
+"""training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; sampling."""
 import mindspore as ms
 import numpy as np
 import pytest
 
 from data.text import encode, synthetic_text
 from training.config import TrainConfig
-from training.lm import MAX_LENGTH, PAD_MULTIPLE, generate, lm_task, lm_windows
+from training.lm import MAX_LENGTH, generate, lm_task, lm_windows
 from training.loop import build_run, train_on_windows
 
 TINY = dict(width=32, depth=1, heads=4, max_length=64)
@@ -51,18 +51,17 @@ def test_four_micro_batches_of_eight_update_like_one_batch_of_thirty_two_and_the
     assert wrong > 1e-2 and wrong > 100 * exact, (wrong, exact)
 
 
-def test_an_epoch_of_varied_lengths_pads_to_a_few_shapes_so_compiles_are_bounded():
+def test_an_epoch_of_varied_lengths_takes_one_shape_so_the_step_compiles_once():
     # Lengths 2..128 in a shuffled order: a shape per length would be 127 compiled graphs.
     rng = np.random.default_rng(0)
     samples = [encode("a" * (length - 1) + "\n") for length in rng.integers(2, MAX_LENGTH + 1, size=300)]
     shapes = set()
     for window in lm_windows(samples, 4, 2, shuffle=True, seed=1, drop_remainder=False, num_shards=None,
-                               shard_id=None):
+                             shard_id=None, length=MAX_LENGTH):
         shapes.update(tuple(inputs.shape) for inputs, _ in window)
         shapes.add(tuple(window.stacked[0].shape[1:]))
     assert len({len(s) for s in samples}) > 100
-    assert len(shapes) <= MAX_LENGTH // PAD_MULTIPLE
-    assert all(rows == 4 and length % PAD_MULTIPLE == 0 for rows, length in shapes)
+    assert shapes == {(4, MAX_LENGTH)}
 
 
 def test_a_sample_is_seeded_and_starts_with_the_prompt(corpus):

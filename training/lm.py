@@ -22,7 +22,7 @@ from data.download import write_text
 from data.mnist import Window, reading_order
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem, decode, encode, ensure_corpus,
                        split_corpus, split_samples, synthetic_text)
-from data.tokens import PAD, pad_batch, padded_length, token_count, window_batches
+from data.tokens import PAD, pad_batch, token_count, window_batches
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
 from training.outputs import check_writable, claim_for_synthetic
@@ -33,8 +33,6 @@ from training.task import Task
 LOSSES = ("token-sum", "micro-batch-mean")
 # Samples end at a paragraph or line end, at most this many tokens: the model's max_length.
 MAX_LENGTH = 128
-# Padded lengths are multiples of this: an epoch compiles at most MAX_LENGTH / PAD_MULTIPLE shapes per step.
-PAD_MULTIPLE = 32
 # Validation batches are all [EVAL_ROWS, max_length] (the last filled with PAD rows): one compiled shape.
 EVAL_ROWS = 256
 SYNTHETIC_BYTES = 60_000
@@ -134,27 +132,29 @@ class WarmupInverseSqrt(LearningRateSchedule):
         return self.lr * ops.minimum(update / self.warmup, ops.sqrt(self.warmup / update))
 
 
-def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
-    """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, L]``.
+def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
+               length):
+    """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, length]``.
 
-    The samples are read in ``data.mnist.reading_order`` (seeded, sharded,
-    dropping a short last batch on request); a window's micro-batches are
-    padded to its longest sample, rounded up to ``PAD_MULTIPLE``, and a
+    The samples (each at most ``length + 1`` tokens) are read in
+    ``data.mnist.reading_order`` (seeded, sharded, dropping a short last
+    batch on request); every micro-batch is padded to ``length``, and a
     short last micro-batch is filled with all-PAD rows, which hold no
-    targets: whole windows take one of a few shapes, and even the epoch's
-    last micro-batch runs the compiled step. Each :class:`~data.mnist.Window`
+    targets: the whole epoch takes one shape, so the train step compiles
+    once, however the lengths fall (one compile costs more than the padding
+    saves: docs/language-model-tool.md). Each :class:`~data.mnist.Window`
     holds ``(inputs, targets)`` Tensor pairs and the same ``stacked``.
 
     Example:
         >>> samples = [encode("to be or not"), encode("to be"), encode("that is")]
         >>> windows = lm_windows(samples, 2, 2, shuffle=False, seed=0, drop_remainder=False,
-        ...                      num_shards=None, shard_id=None)
+        ...                      num_shards=None, shard_id=None, length=16)
         >>> [[(tuple(targets.shape), count_tokens(targets)) for _, targets in window] for window in windows]
-        [[((2, 32), 15), ((2, 32), 6)]]
+        [[((2, 16), 15), ((2, 16), 6)]]
     """
     order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     ordered = [samples[i] for i in order]
-    for inputs, targets, _ in window_batches(ordered, batch_size, accumulate_step, PAD_MULTIPLE):
+    for inputs, targets, _ in window_batches(ordered, batch_size, accumulate_step, multiple=length):
         yield Window([(ms.Tensor(x), ms.Tensor(y)) for x, y in zip(inputs, targets)],
                      (ms.Tensor(inputs), ms.Tensor(targets)))
 
@@ -186,8 +186,8 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
 
     The text is split into samples of at most ``max_length`` tokens
     (``data.text.split_samples``), the last tenth held out for validation.
-    The network is ``models.transformer.CausalLM(257, width, depth, heads)``
-    with positions for ``max_length`` rounded up to ``PAD_MULTIPLE``. ``loss="token-sum"`` sums the token loss and counts
+    The network is ``models.transformer.CausalLM(257, width, depth, heads, max_length)``;
+    training and validation batches are all ``max_length`` long. ``loss="token-sum"`` sums the token loss and counts
     tokens, so windows equal the large batch; ``"micro-batch-mean"`` takes
     each micro-batch's mean and counts each micro-batch once, the mean of
     means a naive loop computes (its reported losses are means of means too).
@@ -206,7 +206,6 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     label = "synthetic text" if is_synthetic(os.path.dirname(corpus_path) or ".") else "text"
     mean = loss == "micro-batch-mean"
     epoch_tokens = _targets(train)
-    positions = padded_length(max_length, PAD_MULTIPLE)  # the longest padded batch
 
     def measure(record, history):
         updates = record["updates"] - (history[-1]["updates"] if history else 0)
@@ -218,10 +217,10 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
         description=f"{label} from {corpus_path}: {len(train)} train / {len(validation)} validation samples "
                     f"({epoch_tokens:,} / {_targets(validation):,} tokens, up to {max_length} each)",
         train_samples=len(train),
-        make_net=functools.partial(CausalLM, VOCAB_SIZE, width, depth, heads, positions),
+        make_net=functools.partial(CausalLM, VOCAB_SIZE, width, depth, heads, max_length),
         make_loss=functools.partial(TokenLossCell, mean),
-        train_windows=functools.partial(lm_windows, train),
-        test_batches=functools.partial(lm_batches, validation, length=positions),
+        train_windows=functools.partial(lm_windows, train, length=max_length),
+        test_batches=functools.partial(lm_batches, validation, length=max_length),
         count=count_one if mean else count_tokens,
         correct=correct_fraction if mean else correct_tokens,
         learning_rate=lambda config: WarmupInverseSqrt(config.lr, WARMUP_UPDATES),
