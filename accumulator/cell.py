@@ -23,7 +23,9 @@ class AccumulationTrainCell(nn.Cell):
     update is the whole window's sum over its whole count: exact for
     variable-length, padded batches, where a mean per micro-batch weighs a
     short batch's tokens more. The cell then returns ``loss_sum / count``,
-    the micro-batch's mean loss per item. Needs ``reduction="mean"``. Once ``FlushAtEpochEnd`` has told it the epoch's
+    the micro-batch's mean loss per item. Needs ``reduction="mean"``. A
+    network whose output does not fit ``counts`` (one loss without it, the
+    pair with it) raises ``ValueError`` as the step compiles. Once ``FlushAtEpochEnd`` has told it the epoch's
     length, the cell applies each epoch's last, partial window inside the
     epoch's last step, so every callback, ``ModelCheckpoint`` included, sees
     the window applied.
@@ -85,6 +87,7 @@ class AccumulationTrainCell(nn.Cell):
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
+        _check_network_output(loss, self.counts)
         # With counts, the count's own gradient is zero: it depends on no weight.
         grads = self.grad(self.network, self.weights)(*inputs)
         step = self.epoch_step + 1
@@ -94,6 +97,20 @@ class AccumulationTrainCell(nn.Cell):
             loss_sum, count = loss
             return ops.depend(loss_sum / count, self.accumulator(grads, count, flush=epoch_end))
         return ops.depend(loss, self.accumulator(grads, flush=epoch_end))
+
+
+def _check_network_output(loss, counts):
+    # Runs while the step compiles, on the output's structure alone: without
+    # it a forgotten counts=True trains on summed gradients as if they were means.
+    if counts and not isinstance(loss, tuple):
+        raise ValueError(f"AccumulationTrainCell(..., counts=True) needs a network that returns (loss_sum, count), "
+                         f"got one Tensor of shape {list(loss.shape)}: return the count too, or leave out counts=True")
+    if counts and len(loss) != 2:
+        raise ValueError(f"AccumulationTrainCell(..., counts=True) needs a network that returns (loss_sum, count), "
+                         f"got {len(loss)} values")
+    if not counts and isinstance(loss, tuple):
+        raise ValueError(f"AccumulationTrainCell's network returned {len(loss)} values, not one loss: for "
+                         "(loss_sum, count) pass AccumulationTrainCell(..., counts=True)")
 
 
 class FlushAtEpochEnd(Callback):

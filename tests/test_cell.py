@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import nn
+from mindspore import nn, ops
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 from accumulator import Accumulator, load_checkpoint
@@ -167,3 +167,32 @@ def test_counts_need_a_mean_accumulator_before_anything_compiles():
     accumulator = Accumulator(make_optimizer("sgd", loss.net.trainable_params()), 2, reduction="sum")
     with pytest.raises(ValueError, match="counts were given to an Accumulator with reduction='sum'"):
         AccumulationTrainCell(loss, accumulator, counts=True)
+
+
+class ReturnsValues(nn.Cell):
+    """A summed loss returned alone (``values=1``), with its count (2), or with one value too many (3)."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.net = nn.Dense(3, 1)
+        self.values = values
+
+    def construct(self, x):
+        loss = (self.net(x) ** 2).sum()
+        returned = (loss, ops.cast(x.shape[0], ms.float32), loss)[:self.values]
+        return loss if self.values == 1 else returned
+
+
+@pytest.mark.parametrize("values, counts, message", [
+    (2, False, r"network returned 2 values, not one loss: for \(loss_sum, count\) pass .*counts=True"),
+    (1, True, r"counts=True\) needs a network that returns \(loss_sum, count\), got one Tensor of shape \[\]"),
+    (3, True, r"counts=True\) needs a network that returns \(loss_sum, count\), got 3 values"),
+])
+def test_a_network_output_that_does_not_fit_counts_is_named_before_any_state_changes(mode, values, counts, message):
+    # Without the check a forgotten counts=True trained on summed gradients as if they were means.
+    network = ReturnsValues(values)
+    accumulator = Accumulator(nn.SGD(network.trainable_params(), 0.1), 2)
+    cell = AccumulationTrainCell(network, accumulator, counts=counts)
+    with pytest.raises(ValueError, match=message):
+        cell(ms.Tensor(np.ones((4, 3), np.float32)))
+    assert int(accumulator.micro_step) == 0 and int(cell.epoch_step) == 0
