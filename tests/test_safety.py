@@ -1,4 +1,4 @@
-"""Clipping, non-finite windows and loss scaling act once per window."""
+"""Clipping, non-finite windows and loss scaling act once per window; errors raised while a step compiles."""
 import re
 
 import numpy as np
@@ -277,3 +277,30 @@ def test_bad_skip_policies_are_rejected(args, message):
     optimizer = make_optimizer("sgd", make_net().trainable_params())
     with pytest.raises((TypeError, ValueError), match=re.escape(message)):
         Accumulator(optimizer, 2, **args)
+
+
+class LibraryError(ValueError):
+    """An exception class of a library's own."""
+
+
+def test_an_error_raised_while_a_step_compiles_is_a_builtin_one_with_its_message_quoted_first():
+    # docs/mindspore-behaviours.md: why the Accumulator's in-graph checks raise ValueError, and what a user sees first.
+    @ms.jit
+    def builtin(x):
+        if x.shape[0] != 2:
+            raise ValueError(f"x has {x.shape[0]} rows, expected 2")
+        return x
+
+    @ms.jit
+    def own_class(x):
+        if x.shape[0] != 2:
+            raise LibraryError("x has the wrong number of rows")
+        return x
+
+    x = ms.Tensor(np.ones(3, np.float32))
+    with pytest.raises(ValueError) as raised:
+        builtin(x)
+    first, *appendix = str(raised.value).splitlines()
+    assert first == "'x has 3 rows, expected 2'" and "- The Traceback of Net Construct Code:" in appendix
+    with pytest.raises(RuntimeError, match="Unsupported exception type: LibraryError"):
+        own_class(x)
