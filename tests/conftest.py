@@ -40,9 +40,10 @@ def synthetic_mnist_even_dir(tmp_path_factory):
     return synthetic_folder(tmp_path_factory, "synthetic_mnist_even", SYNTHETIC_EVEN_TRAIN)
 
 
-@pytest.fixture(params=["graph", "pynative"])
+# The PyNative run compiles the same jitted steps again: the full suite runs it, the fast path (-m "not slow") not.
+@pytest.fixture(params=["graph", pytest.param("pynative", marks=pytest.mark.slow)])
 def mode(request):
-    """Runs the test once in GRAPH_MODE and once in PYNATIVE_MODE (the root conftest.py restores the mode)."""
+    """Runs the test in GRAPH_MODE and, marked slow, in PYNATIVE_MODE (the root conftest.py restores the mode)."""
     ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
     return request.param
 
