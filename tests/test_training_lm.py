@@ -1,11 +1,14 @@
 """training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; sampling."""
+import itertools
+
 import mindspore as ms
 import numpy as np
 import pytest
+from mindspore.experimental import optim
 
 from data.text import encode, synthetic_text
 from training.config import TrainConfig
-from training.lm import MAX_LENGTH, generate, lm_task, lm_windows
+from training.lm import MAX_LENGTH, WARMUP_UPDATES, WarmupInverseSqrt, generate, lm_task, lm_windows
 from training.loop import build_run, train_on_windows
 
 TINY = dict(width=32, depth=1, heads=4, max_length=64)
@@ -49,6 +52,17 @@ def test_four_micro_batches_of_eight_update_like_one_batch_of_thirty_two_and_the
     exact, wrong = update_difference(accumulated, large, start), update_difference(naive, large, start)
     assert exact < 1e-4, exact   # float32 rounding of a sum taken in another order
     assert wrong > 1e-2 and wrong > 100 * exact, (wrong, exact)
+
+
+def test_adamw_is_mindspores_experimental_one_and_its_learning_rate_follows_the_schedule_per_update(corpus):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    task = lm_task(corpus, **TINY)
+    run = build_run(TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, optimizer="adamw", lr=0.5), task)
+    windows = task.train_windows(4, 2, shuffle=False, seed=0, drop_remainder=False, num_shards=None, shard_id=None)
+    list(train_on_windows(run, itertools.islice(windows, 3), 4, 2, task.count))  # 6 micro-batches, 3 updates
+    schedule = WarmupInverseSqrt(0.5, WARMUP_UPDATES)
+    assert isinstance(run.optimizer, optim.AdamW) and int(run.accumulator.update_count) == 3
+    assert float(run.optimizer.lrs[0]) == float(schedule(ms.Tensor(3, ms.int32)))  # the 4th update's rate
 
 
 def test_an_epoch_of_varied_lengths_takes_one_shape_so_the_step_compiles_once():

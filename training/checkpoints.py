@@ -141,7 +141,7 @@ def resume_hint(config, command, since):
 def save_epoch_checkpoint(run, config, epoch, history):
     """Writes ``config.ckpt_dir/epoch_NNN.ckpt`` atomically; returns its path.
 
-    ``run`` is a ``training.loop.Run`` (its ``net``, ``optimizer`` and
+    ``run`` is a ``training.loop.Run`` (its ``net``, ``optimizer``, ``lr_scheduler`` and
     ``accumulator`` are saved). A failed write raises ``TrainingError`` and
     leaves older checkpoints as they were. Ctrl-C or SIGTERM during the
     write (``training.interrupts``) takes effect once it is done. A write
@@ -163,7 +163,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
     extra = {"epoch": epoch, "config": json.dumps(config.resume_settings()), "history": json.dumps(history)}
     try:
         with deferred():
-            save_checkpoint(path, run.net, run.optimizer, run.accumulator, extra=extra)
+            save_checkpoint(path, run.net, run.optimizer, run.accumulator, extra=extra,
+                            lr_scheduler=run.lr_scheduler)
     except OSError as error:
         previous = f"; {os.path.basename(checkpoint_path(config.ckpt_dir, epoch - 1))} is intact" if epoch > 1 else ""
         raise TrainingError(f"could not write checkpoint {path}: {error}{previous}") from error
@@ -228,7 +229,7 @@ def resume(run, config, say=print):
     for path in find_checkpoints(config.ckpt_dir):
         try:
             check_settings(path, config)
-            extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator)
+            extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error
         except UNREADABLE as error:

@@ -13,12 +13,13 @@ import mindspore as ms
 from mindspore import nn
 from tqdm import tqdm
 
-from accumulator import Accumulator, NoiseScaleSchedule, WindowAllReduce, check_equivalence, make_window_step
+from accumulator import (Accumulator, NoiseScaleSchedule, StepSchedulerPerUpdate, WindowAllReduce, check_equivalence,
+                         make_window_step)
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
 from training.interrupts import finishing
-from training.optimizers import make_optimizer
+from training.optimizers import make_lr_scheduler, make_optimizer
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
@@ -39,7 +40,9 @@ class Run:
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
     gradient, uncompiled (for ``check_equivalence``); ``eager_step`` and
     ``eager_flush`` are ``train_step`` and ``flush`` uncompiled, for
-    shapes an epoch meets once (see ``train_on_windows``).
+    shapes an epoch meets once (see ``train_on_windows``); ``lr_scheduler``
+    is an ``experimental.optim`` optimizer's schedule, stepped once per
+    update (``training.optimizers.make_lr_scheduler``), or None.
 
     Example:
         >>> from training.config import TrainConfig
@@ -49,7 +52,7 @@ class Run:
         True
     """
     net: nn.Cell
-    optimizer: nn.Optimizer
+    optimizer: nn.Cell
     accumulator: Accumulator
     train_step: Callable
     flush: Callable
@@ -58,6 +61,7 @@ class Run:
     window_step: Optional[Callable] = None
     eager_step: Optional[Callable] = None
     eager_flush: Optional[Callable] = None
+    lr_scheduler: Optional[object] = None
 
 
 def _eager(function):
@@ -86,6 +90,7 @@ def build_run(config, task):
     net = task.make_net()
     lr = config.lr if task.learning_rate is None else task.learning_rate(config)
     optimizer = make_optimizer(config.optimizer, net.trainable_params(), lr)
+    lr_scheduler = make_lr_scheduler(optimizer, lr)
     accumulate_step = config.accumulate_step
     if accumulate_step == AUTO:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks)
@@ -116,7 +121,7 @@ def build_run(config, task):
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
     return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step), grad_fn,
-               window_step, eager_step=train_step, eager_flush=flush)
+               window_step, eager_step=train_step, eager_flush=flush, lr_scheduler=lr_scheduler)
 
 
 @contextlib.contextmanager
@@ -157,28 +162,40 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
         ([6, 2], 2)
     """
     for window in windows:
-        rows = [labels.shape[0] for _, labels in window]
         counts = [count(labels) for _, labels in window]
-        whole = len(window) == accumulate_step and all(size == batch_size for size in rows)
-        if run.window_step is not None and whole:
-            stacked = getattr(window, "stacked", None)
-            loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
-            yield float(loss_sum.asnumpy()), sum(counts), sum(rows)
-            continue
-        losses = []
-        for (inputs, labels), micro_count in zip(window, counts):
-            micro_count = ms.Tensor(micro_count, ms.float32)
-            if run.window_step is None and labels.shape[0] == batch_size:
-                losses.append(run.train_step(inputs, labels, micro_count))
-            else:
-                with _op_by_op():
-                    losses.append(run.eager_step(inputs, labels, micro_count))
-        yield sum(float(loss.asnumpy()) for loss in losses), sum(counts), sum(rows)
+        loss_sum = _train_window(run, window, batch_size, accumulate_step, counts)
+        _follow_updates(run)
+        yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window)
     # Only a partial last window needs the flush: an empty one would not change a thing.
     # Ranks hold equally many micro-batches: all agree.
     if int(run.accumulator.micro_step):
         with _op_by_op():
             run.eager_flush()
+        _follow_updates(run)
+
+
+def _train_window(run, window, batch_size, accumulate_step, counts):
+    """One window's micro-batches through ``run``'s steps (see ``train_on_windows``); returns its summed loss."""
+    whole = len(window) == accumulate_step and all(labels.shape[0] == batch_size for _, labels in window)
+    if run.window_step is not None and whole:
+        stacked = getattr(window, "stacked", None)
+        loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
+        return float(loss_sum.asnumpy())
+    losses = []
+    for (inputs, labels), micro_count in zip(window, counts):
+        micro_count = ms.Tensor(micro_count, ms.float32)
+        if run.window_step is None and labels.shape[0] == batch_size:
+            losses.append(run.train_step(inputs, labels, micro_count))
+        else:
+            with _op_by_op():
+                losses.append(run.eager_step(inputs, labels, micro_count))
+    return sum(float(loss.asnumpy()) for loss in losses)
+
+
+def _follow_updates(run):
+    """Steps ``run.lr_scheduler``, if any, to the updates applied so far, as ``StepSchedulerPerUpdate`` does."""
+    if run.lr_scheduler is not None:
+        StepSchedulerPerUpdate(run.lr_scheduler, run.accumulator).on_train_step_end(None)
 
 
 def train_epoch(run, task, config, epoch, progress=True):

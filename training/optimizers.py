@@ -1,15 +1,21 @@
-"""The optimizers a run can ask for by name: the one place that maps names to ``mindspore.nn``."""
+"""The optimizers a run can ask for by name: the one place that maps names to MindSpore optimizers."""
+import mindspore as ms
 from mindspore import nn
+from mindspore.experimental import optim
+from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
 MOMENTUM = 0.9
 
 
 def make_optimizer(name, params, lr, weight_decay=0.0):
-    """One of ``OPTIMIZERS`` over ``params`` with learning rate ``lr``.
+    """One of ``OPTIMIZERS`` over ``params`` with learning rate ``lr`` (a number or a ``LearningRateSchedule``).
 
-    ``momentum`` uses ``MOMENTUM``; ``adamw`` is ``nn.AdamWeightDecay``
-    (decoupled decay), the others take ``weight_decay`` as an L2 term.
+    ``momentum`` uses ``MOMENTUM``; the others take ``weight_decay`` as an
+    L2 term, except ``adamw``: MindSpore 2.x's ``experimental.optim.AdamW``
+    (decoupled decay; ``mint.optim.AdamW`` has no CPU kernel), which takes a
+    number: it starts at a schedule's first value, and ``make_lr_scheduler``
+    moves it along the schedule.
 
     Example:
         >>> net = nn.Dense(3, 2)
@@ -27,5 +33,52 @@ def make_optimizer(name, params, lr, weight_decay=0.0):
     if name == "adam":
         return nn.Adam(params, lr, weight_decay=weight_decay)
     if name == "adamw":
-        return nn.AdamWeightDecay(params, lr, weight_decay=weight_decay)
+        return optim.AdamW(params, lr=_schedule_at(lr, 0), weight_decay=weight_decay)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+
+
+def _schedule_at(lr, update):
+    return float(lr(ms.Tensor(update, ms.int32))) if isinstance(lr, LearningRateSchedule) else float(lr)
+
+
+class FollowSchedule(optim.lr_scheduler.LRScheduler):
+    """An ``experimental.optim`` scheduler whose learning rate at step ``u`` is ``schedule(u)``.
+
+    ``schedule`` is the ``LearningRateSchedule`` an ``nn.Optimizer`` reads at
+    its ``global_step``: stepped once per update, the new optimizers follow
+    the very same schedule.
+
+    Example:
+        >>> from mindspore.nn import PolynomialDecayLR
+        >>> schedule = PolynomialDecayLR(0.1, 0.0, decay_steps=4, power=1.0)
+        >>> scheduler = FollowSchedule(optim.AdamW(nn.Dense(3, 2).trainable_params(), lr=0.1), schedule)
+        >>> _ = scheduler.step()
+        >>> round(float(scheduler.get_last_lr()[0]), 4)
+        0.075
+    """
+
+    def __init__(self, optimizer, schedule):
+        self.schedule = schedule
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        return [ms.Tensor(_schedule_at(self.schedule, int(self.last_epoch)), ms.float32)] * self.groups_num
+
+
+def make_lr_scheduler(optimizer, lr):
+    """The scheduler to step once per update for ``optimizer`` and ``lr``: None where the optimizer reads ``lr`` itself.
+
+    An ``nn.Optimizer`` evaluates a ``LearningRateSchedule`` at its own
+    ``global_step``; an ``experimental.optim`` one needs a ``FollowSchedule``.
+
+    Example:
+        >>> from mindspore.nn import PolynomialDecayLR
+        >>> net, schedule = nn.Dense(3, 2), PolynomialDecayLR(0.1, 0.0, decay_steps=4, power=1.0)
+        >>> make_lr_scheduler(make_optimizer("adam", net.trainable_params(), schedule), schedule) is None
+        True
+        >>> type(make_lr_scheduler(make_optimizer("adamw", net.trainable_params(), schedule), schedule)).__name__
+        'FollowSchedule'
+    """
+    if isinstance(optimizer, nn.Optimizer) or not isinstance(lr, LearningRateSchedule):
+        return None
+    return FollowSchedule(optimizer, lr)
