@@ -1,4 +1,4 @@
-"""Small nets, optimizers, reference runs, an msrun launcher and a loopback web server shared by the tests."""
+"""Small nets, optimizers, reference runs, sweeps trimmed for the fast path, an msrun launcher and a loopback web server shared by the tests."""
 import contextlib
 import functools
 import http.server
@@ -9,12 +9,23 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from accumulator import Accumulator
 from data.tokens import PAD, pad_batch, random_sequences
 from training.optimizers import OPTIMIZERS, make_optimizer as training_optimizer
+
+
+def sweep(cases, fast=1):
+    """``cases`` for ``parametrize``, all but the first ``fast`` marked slow: the fast path runs those, CI runs all.
+
+    A case is a value, or a tuple of values for several argument names.
+    """
+    return [case if index < fast else pytest.param(*(case if isinstance(case, tuple) else (case,)),
+                                                   marks=pytest.mark.slow)
+            for index, case in enumerate(cases)]
 
 
 def make_net(seed=0):

@@ -3,6 +3,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from helpers import sweep
 from training.config import TrainConfig
 from training.context import configure_context
 from training.loop import build_run, train_epoch
@@ -20,7 +21,7 @@ def _trained(data_dir, window_step, compiled_tail):
     return stats, run
 
 
-@pytest.mark.parametrize("window_step", [False, True])
+@pytest.mark.parametrize("window_step", sweep([False, True]))
 def test_the_op_by_op_tail_trains_like_a_compiled_one(synthetic_mnist_dir, window_step):
     # 200 samples in batches of 32, windows of 4: (32 x 4), then (32, 32, 8): a short batch in a short window.
     stats, run = _trained(synthetic_mnist_dir, window_step, compiled_tail=False)

@@ -4,6 +4,7 @@ import re
 import numpy as np
 import pytest
 
+from helpers import sweep
 from training.config import TrainConfig
 from training.errors import TrainingError
 from training.loop import build_run, check_trainable, train, train_epoch
@@ -26,11 +27,11 @@ def initial_weights(data_dir):
 #    weighting by sample count (not a mean of micro-batch means) matches the
 #    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
 #    both runs still see the same data.
-@pytest.mark.parametrize("case, fixture, small, large, extra", [
+@pytest.mark.parametrize("case, fixture, small, large, extra", sweep([
+    ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
     ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
     ("uneven_tail", "synthetic_mnist_dir", (32, 2), (64, 1), {"shuffle": False}),
-    ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
-])
+]))
 def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_run, case, fixture, small, large,
                                                          extra):
     data_dir = request.getfixturevalue(fixture)
@@ -48,7 +49,7 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_ru
     assert moved > 1e-3
 
 
-@pytest.mark.parametrize("accumulate_step", [2, 4])
+@pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
 def test_window_step_trains_like_the_per_micro_step_loop(synthetic_mnist_dir, train_mnist_run, accumulate_step):
     # 200 samples in 32-batches: the last window is short and its last batch holds 8.
     common = dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step)

@@ -10,7 +10,7 @@ from mindspore import Tensor, nn, ops
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
 from benchmarks.whole_batch import run
-from helpers import run_msrun
+from helpers import run_msrun, sweep
 
 # Relative to each gradient tensor's largest element, as check_equivalence's RTOL.
 RTOL = 1e-4
@@ -103,8 +103,8 @@ def assert_close(actual, expected, rtol=RTOL):
         assert np.abs(a - e).max() <= rtol * np.abs(e).max(), (np.abs(a - e).max(), np.abs(e).max())
 
 
-@pytest.mark.parametrize("case, reduction, optimizer", [("one tower, InfoNCE", "mean", "sgd"),
-                                                        ("two towers, CLIP", "sum", "momentum")])
+@pytest.mark.parametrize("case, reduction, optimizer", sweep([("one tower, InfoNCE", "mean", "sgd"),
+                                                              ("two towers, CLIP", "sum", "momentum")]))
 def test_window_applies_the_large_batch_gradient_for_uneven_micro_batches(case, reduction, optimizer):
     make_net, loss_fn, width = CASES[case]
     first, second = pairs(12, width)
