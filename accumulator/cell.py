@@ -25,7 +25,8 @@ class AccumulationTrainCell(nn.Cell):
     short batch's tokens more. The cell then returns ``loss_sum / count``,
     the micro-batch's mean loss per item. Needs ``reduction="mean"``. A
     network whose output does not fit ``counts`` (one loss without it, the
-    pair with it) raises ``ValueError`` as the step compiles. Once ``FlushAtEpochEnd`` has told it the epoch's
+    pair with it) raises ``ValueError`` as the step compiles; an optimizer
+    over another network's parameters, when the cell is made. Once ``FlushAtEpochEnd`` has told it the epoch's
     length, the cell applies each epoch's last, partial window inside the
     epoch's last step, so every callback, ``ModelCheckpoint`` included, sees
     the window applied.
@@ -71,6 +72,13 @@ class AccumulationTrainCell(nn.Cell):
         super().__init__(auto_prefix=False)
         if boolean(counts, "counts"):
             accumulator.check_counts()
+        # By identity: two networks' parameters share their names ("weight", "bias").
+        held = {id(param) for param in network.get_parameters()}
+        foreign = [param.name for param in accumulator.optimizer.parameters if id(param) not in held]
+        if foreign:
+            raise ValueError(f"AccumulationTrainCell: the optimizer holds {len(foreign)} parameters the network does "
+                             f"not (first {foreign[:3]}), which nothing would train: build the optimizer over this "
+                             "network's trainable_params()")
         self.counts = counts
         self.network = network
         self.network.set_grad()

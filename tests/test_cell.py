@@ -196,3 +196,12 @@ def test_a_network_output_that_does_not_fit_counts_is_named_before_any_state_cha
     with pytest.raises(ValueError, match=message):
         cell(ms.Tensor(np.ones((4, 3), np.float32)))
     assert int(accumulator.micro_step) == 0 and int(cell.epoch_step) == 0
+
+
+def test_an_optimizer_over_another_networks_parameters_is_refused_when_the_cell_is_made():
+    # Same names ("weight", "bias"), other Parameters: the gradients were zeros and nothing trained.
+    network, other = nn.Dense(3, 1), nn.Dense(3, 1)
+    accumulator = Accumulator(nn.SGD(other.trainable_params(), 0.1), 2)
+    with pytest.raises(ValueError, match=r"the optimizer holds 2 parameters the network does not \(first \['weight', "
+                                         r"'bias'\]\), which nothing would train"):
+        AccumulationTrainCell(nn.WithLossCell(network, nn.MSELoss()), accumulator)
