@@ -8,7 +8,7 @@ from mindspore import nn
 
 from accumulator import Accumulator
 from helpers import (Scale, accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
-                     make_optimizer, optimizer_state, reference_state, split)
+                     make_optimizer, optimizer_state, reference_state, split, sweep)
 
 LEARNING_RATE = 0.1
 
@@ -82,7 +82,7 @@ def test_nonfinite_windows_are_skipped_and_later_windows_train():
 # by_matmul=False is the Ascend/GPU path (ms.amp.all_finite, plain sums), run here on CPU.
 @pytest.mark.parametrize("by_matmul", [True, False])
 @pytest.mark.parametrize("clip_norm, huge", [(None, 1e30), (1.0, 1e15)])
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("bad", sweep([np.nan, np.inf, -np.inf]))
 def test_every_nonfinite_gradient_entry_is_seen(bad, clip_norm, huge, by_matmul):
     # A conv kernel (4-D), a dense matrix and biases (1-D): one bad entry in
     # any of them skips the window; huge but finite gradients do not. With
