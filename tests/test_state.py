@@ -10,7 +10,7 @@ from mindspore import Tensor
 
 from accumulator import Accumulator
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
-from helpers import grad_fn_for, make_data, make_net, make_optimizer, optimizer_state
+from helpers import grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, sweep
 
 ACCUMULATE_STEP = 3
 MICRO_BATCH = 4
@@ -63,7 +63,7 @@ np.savez({out!r}, **full_state(optimizer, accumulator))
 """
 
 
-@pytest.mark.parametrize("saved_at", [5, 6])
+@pytest.mark.parametrize("saved_at", sweep([5, 6]))
 def test_resume_continues_bit_identically(tmp_path, saved_at):
     # saved_at=5 is mid-window (5 % 3 != 0), 6 at a window boundary.
     path = str(tmp_path / "run.ckpt")
