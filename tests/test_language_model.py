@@ -20,7 +20,7 @@ from mindspore.train import Model
 import lm_distributed_worker
 from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, check_equivalence, make_window_step
 from data.tokens import pad_batch, random_sequences, token_count, window_batches
-from helpers import run_msrun
+from helpers import run_msrun, sweep
 from models.transformer import TokenLoss
 
 VOCAB, MICRO_BATCH, STEPS = 100, 4, 4
@@ -219,7 +219,7 @@ def scaled_window_update(loss_cell):
     return weights(net)
 
 
-@pytest.mark.parametrize("level", ["O1", "O2"])
+@pytest.mark.parametrize("level", sweep(["O2", "O1"]))
 def test_mixed_precision_windows_equal_the_float32_large_batch_within_float16(level):
     """auto_mixed_precision computes in float16; float32 sums keep the window within float16's error of float32."""
     start, large = reference("nn.SGD")
