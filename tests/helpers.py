@@ -1,4 +1,4 @@
-"""Small nets, optimizers, reference runs, sweeps trimmed for the fast path, an msrun launcher and a loopback web server shared by the tests."""
+"""Small nets, optimizers, reference runs, fast-path sweeps, an msrun launcher and a loopback web server for the tests."""
 import contextlib
 import functools
 import http.server
