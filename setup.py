@@ -28,8 +28,9 @@ setup(
         *TOOLS,
     ],
     extras_require={
-        # Everything the whole test suite imports: plots are doctests too, the wheel test builds a wheel.
-        "test": ["pytest>=7", "matplotlib", "wheel"],
+        # Everything the whole test suite imports: plots are doctests too, the wheel test builds a wheel;
+        # pytest-xdist runs the README's test command in two processes (-n 2).
+        "test": ["pytest>=7", "pytest-xdist", "matplotlib", "wheel"],
         "plot": ["matplotlib"],
     },
     classifiers=[
