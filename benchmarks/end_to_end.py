@@ -53,8 +53,8 @@ FIRST_EPOCH_EXTRA_S = 2.0
 
 
 def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False,
-               text_bytes=None, max_length=None):
-    """One spec per worker: per-micro-step, window step, the dataset pipelines, the LM and, with ``torch``, PyTorch.
+               text_bytes=None, max_length=None, steps=STEPS):
+    """One spec per worker of ``steps``: per-micro-step, window step, the dataset pipelines, the LM, PyTorch.
 
     ``torch`` None: when it is importable. ``data_dir`` None: each worker
     writes the ``--synthetic`` set to a temporary folder. ``experiments``
@@ -65,11 +65,13 @@ def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_targ
     Example:
         >>> [spec["step"] for spec in make_specs(32, 2, epochs=6, torch=False)]
         ['micro', 'window', 'pipelines', 'lm']
+        >>> [spec["step"] for spec in make_specs(8, 4, epochs=3, steps=("lm",))]
+        ['lm']
     """
     if torch is None:
         import importlib.util
         torch = importlib.util.find_spec("torch") is not None
-    steps = [step for step in STEPS if torch or step != "torch"]
+    steps = [step for step in steps if torch or step != "torch"]
     lm = dict(text_bytes=text_bytes, max_length=max_length)
     return [dict(kind="end_to_end", step=step, batch=batch, accumulate=accumulate, epochs=epochs,
                  data_dir=data_dir, device_target=device_target, experiments=experiments,
@@ -419,15 +421,18 @@ def format_table(rows, title=""):
 
 
 def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU", experiments=False, timeout=600,
-           json_path=None, settings=None, plot_path=None):
-    """The ``--end-to-end`` run: table, targets and load note printed, JSON and plot written; the exit status.
+           json_path=None, settings=None, plot_path=None, steps=STEPS):
+    """The ``--end-to-end`` run of the workers ``steps``: table, targets and load note printed, JSON and plot written.
+
+    Returns the exit status. ``steps=("lm",)`` times the language-model tool alone.
 
     Example:
         >>> report(32, 2, epochs=3, repeats=1)  # a few minutes  # doctest: +SKIP
         0
     """
     from benchmarks.report import finish
-    specs = make_specs(batch, accumulate, epochs, data_dir, device_target=device_target, experiments=experiments)
+    specs = make_specs(batch, accumulate, epochs, data_dir, device_target=device_target, experiments=experiments,
+                       steps=steps)
     runs = run_end_to_end(specs, repeats, timeout)
     rows = summarize(runs)
     checks = check_targets(rows)
