@@ -3,9 +3,14 @@ import numpy as np
 import pytest
 
 from benchmarks.contenders import CONTENDERS, Runner, available_contenders, register
+from helpers import sweep
+
+TABLE_ROWS = sorted(available_contenders())
+EXPERIMENT_ROWS = sorted(set(available_contenders(experiments=True)) - set(TABLE_ROWS))
 
 
-@pytest.mark.parametrize("name", sorted(available_contenders(experiments=True)))
+# The fast path trains the table's rows; the experiment rows (--experiments) join in the full suite.
+@pytest.mark.parametrize("name", sweep(TABLE_ROWS + EXPERIMENT_ROWS, fast=len(TABLE_ROWS)))
 def test_every_contender_trains_one_window_on_a_tiny_net(name):
     spec = dict(hidden=8, batch=4, accumulate=2, mode="graph", device_target="CPU")
     runner = CONTENDERS[name].build(spec)
