@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from helpers import sweep
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "benchmark.py")
 
@@ -18,7 +20,8 @@ def run_script(*flags, cwd=None, timeout=60):
                           cwd=cwd)
 
 
-@pytest.mark.parametrize("flags, named", [
+# Each case starts the script (about 2 CPU-seconds): the fast path runs three, the full suite all.
+@pytest.mark.parametrize("flags, named", sweep([
     (("--nets", "foo"), ("--nets", "'foo'", "'mnist', 'wide'")),
     (("--nets", "mnist,"), ("--nets", "''", "'mnist', 'wide'")),
     (("--contenders", "acumulator"), ("--contenders", "'acumulator'", "'accumulator'", "'window'")),
@@ -36,7 +39,7 @@ def run_script(*flags, cwd=None, timeout=60):
     (("--sweep", "4,x"), ("--sweep", "'x'", "whole number")),
     (("--device-target", "TPU"), ("--device-target", "'TPU'", "'CPU', 'GPU', 'Ascend'")),
     (("--paired", "--contenders", "accumulator"), ("--paired", "two or more")),
-])
+], fast=3))
 def test_a_bad_value_exits_2_naming_the_flag_and_the_valid_values(flags, named):
     done = run_script(*flags, "--quick", timeout=30)
     assert done.returncode == 2, done.stderr
