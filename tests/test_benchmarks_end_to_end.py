@@ -22,6 +22,7 @@ def tiny_mnist(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow  # end to end: every worker trains 3 epochs (17 s on an idle CPU); measure's doctest times one
 def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     runs = []
     for spec in end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, experiments=True,
