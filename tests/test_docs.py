@@ -143,7 +143,12 @@ def page_context(tmp_path, monkeypatch):
     ms.set_context(mode=mode)
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[page.name for page in PAGES])
+# A real project's loop, end to end (17 CPU-seconds): the full suite runs that page, the fast path not.
+LONG_PAGES = {"your-project.md"}
+
+
+@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow) if page.name in LONG_PAGES else page
+                                  for page in PAGES], ids=[page.name for page in PAGES])
 def test_page(page, page_context, monkeypatch):
     """Runs the page's python blocks in order in one namespace; checks its shell blocks' commands."""
     assert not broken_links(page), f"{page.name}: links to nothing: {broken_links(page)}"
