@@ -180,4 +180,9 @@ def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, s
     single, ranks = checkpoint(tmp_path / "single" / "epoch_001.ckpt"), checkpoint(tmp_path / "ranks" / "epoch_001.ckpt")
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4
     for name, value in single.items():
+        if name.endswith("attention.qkv.bias"):
+            # The key bias's gradient is 0 (softmax ignores a shift shared by a query's scores): AdamW (eps 1e-8)
+            # turns its rounding noise, summed in another order over ranks, into steps of 2e-5. Not compared.
+            width = int(TINY[1])
+            value, ranks[name] = (np.delete(array, np.s_[width:2 * width]) for array in (value, ranks[name]))
         np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
