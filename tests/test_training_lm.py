@@ -1,5 +1,8 @@
 """training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; sampling."""
 import itertools
+import os
+import subprocess
+import sys
 
 import mindspore as ms
 import numpy as np
@@ -85,3 +88,32 @@ def test_a_sample_is_seeded_and_starts_with_the_prompt(corpus):
     greedy = generate(net, "KING", tokens=12, temperature=0)
     assert first == again and first.startswith("KING") and greedy.startswith("KING")
     assert generate(net, "KING", tokens=12, temperature=0) == greedy
+
+
+COMPILE_CACHED = """
+import os, sys
+import mindspore as ms
+ms.set_context(mode=ms.GRAPH_MODE, enable_compile_cache=True, compile_cache_path=sys.argv[1])
+FACTOR = float(os.environ["FACTOR"])
+
+@ms.jit
+def scaled(x):
+    return x * FACTOR
+
+print(float(scaled(ms.Tensor(1.0))))
+"""
+
+
+@pytest.mark.slow
+def test_mindspores_compile_cache_reuses_a_graph_whose_constant_changed(tmp_path):
+    # Why the tools compile afresh every run (docs/mindspore-behaviours.md): a flag is a constant in the graph.
+    script = tmp_path / "scaled.py"
+    script.write_text(COMPILE_CACHED)
+    outputs = []
+    for factor in ("2", "3"):
+        env = dict(os.environ, FACTOR=factor)
+        result = subprocess.run([sys.executable, str(script), str(tmp_path / "cache")], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        outputs.append(float(result.stdout.split()[-1]))
+    assert outputs == [2.0, 2.0]   # the second run, FACTOR=3, ran the first run's graph
