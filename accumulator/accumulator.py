@@ -1,9 +1,9 @@
 """The gradient accumulator: sum micro-batch gradients, update once per window."""
 import mindspore as ms
-from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
-from mindspore.common.initializer import initializer
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
+from accumulator.buckets import Buckets
 from accumulator.checks import non_negative_int, positive_int
 from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, ones
 from accumulator.noise import NoiseTracker
@@ -25,15 +25,8 @@ _mul_no_nan = ops.MulNoNan()
 
 
 # Helpers live at module level: lambdas in in-graph branches do not compile (docs/mindspore-behaviours.md).
-def _as_buffer_dtype(buffer, grad):
-    # Decided when the graph is built: a Cast to the same dtype is still a kernel per micro-step.
-    if grad.dtype == buffer.dtype:
-        return grad
-    return grad.astype(buffer.dtype)
-
-
 def _add_into(buffer, grad):
-    return ops.assign_add(buffer, _as_buffer_dtype(buffer, grad))
+    return ops.assign_add(buffer, grad)
 
 
 def _times(factor, grad):
@@ -49,19 +42,17 @@ def _times(factor, grad):
 
 def _add_if(keep, buffer, grad):
     # A multiply by the 0/1 ``keep``, not a branch inside the window step's loop (docs/mindspore-behaviours.md).
-    return ops.assign_add(buffer, _times(keep, _as_buffer_dtype(buffer, grad)))
+    return ops.assign_add(buffer, _times(keep, grad))
 
 
 def _cast_like(param, buffer):
     return buffer.astype(param.dtype)
 
 
-def _scale_like(factor, param, grad):
-    """``grad * factor`` in ``param``'s dtype, for the optimizer."""
+def _scaled(factor, grad):
     if grad.dtype != ms.float32:
         factor = factor.astype(grad.dtype)
-    grad = grad * factor
-    return grad if grad.dtype == param.dtype else grad.astype(param.dtype)
+    return grad * factor
 
 
 def _clear(buffer):
@@ -95,10 +86,10 @@ def _plain_sum(grad):
 
 
 def _row_sums(grad):
-    """A column of partial sums: a matrix's row sums by MatMul, a vector as it is."""
+    """A column of partial sums by MatMul: a matrix's row sums, a flat bucket's sum."""
     grad = _float32(grad)
     if grad.ndim < 2:
-        return grad.reshape((-1, 1))
+        return ops.matmul(grad.reshape((1, -1)), ones((grad.size, 1)))
     rows = grad.reshape((grad.shape[0], -1))
     return ops.matmul(rows, ones((rows.shape[1], 1)))
 
@@ -122,10 +113,6 @@ def _all_finite(by_matmul, grads):
     # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite
     # gradients only overflows beyond 3e38.
     return ops.isfinite(_total(True, grads))
-
-
-def _buffer(param, dtype):
-    return Parameter(initializer("zeros", param.shape, dtype), name=f"accumulator.{param.name}", requires_grad=False)
 
 
 def _sum_dtype(param_dtype, accumulate_dtype):
@@ -204,8 +191,10 @@ class Accumulator:
             without counts.
 
     Attributes:
-        grad_buffers: one zero-initialised buffer per optimizer parameter,
-            of its shape and dtype: the window's running sum.
+        buffers: the window's running sum, packed into a few flat buckets
+            laid out by ``buckets`` (see ``accumulator.buckets``).
+        grad_buffers: the running sum per optimizer parameter, of its shape
+            and buffer dtype: a copy, read on the host.
         accumulate_step: int32 Parameter, N of the current window (set from
             the schedule after every window).
         micro_step: int32 Parameter, micro-batches added to the current window.
@@ -307,11 +296,12 @@ class Accumulator:
         # float16, where a sum of squares overflows.
         self.sum_by_matmul = ms.get_context("device_target") == "CPU"
         self._param_shapes = tuple(list(p.shape) for p in optimizer.parameters)
-        # One buffer per parameter and nothing else of that size: the window is
+        # The parameters' bytes and nothing else of that size: the window is
         # cleared by assigning zeros, so no second "zeros" clone is kept.
-        self.grad_buffers = ParameterTuple(_buffer(p, _sum_dtype(p.dtype, accumulate_dtype))
-                                           for p in optimizer.parameters)
-        self._casts = any(b.dtype != p.dtype for b, p in zip(self.grad_buffers, optimizer.parameters))
+        dtypes = [_sum_dtype(p.dtype, accumulate_dtype) for p in optimizer.parameters]
+        self.buckets = Buckets(optimizer.parameters, dtypes)
+        self.buffers = self.buckets.zeros(optimizer.parameters, "accumulator")
+        self._casts = any(d != p.dtype for d, p in zip(dtypes, optimizer.parameters))
         self.accumulate_step = _state_parameter(self.schedule.first_step, ms.int32, "accumulate_step")
         self.micro_step = _state_parameter(0, ms.int32, "micro_step")
         self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
@@ -384,11 +374,11 @@ class Accumulator:
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
-            >>> [p.name for p in accumulator.state_parameters()][2:]
+            >>> [p.name for p in accumulator.state_parameters()][1:]
             ['accumulator.accumulate_step', 'accumulator.micro_step', 'accumulator.weight_total',
              'accumulator.update_count', 'accumulator.skipped_windows']
         """
-        own = list(self.grad_buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
+        own = list(self.buffers) + [self.accumulate_step, self.micro_step, self.weight_total,
                                          self.update_count, self.skipped_windows] + self._optional_state
         return own + [p for member in self.members for p in member.state_parameters()]
 
@@ -403,7 +393,8 @@ class Accumulator:
         the class example).
         """
         self._check_weight(count)
-        kept = self.add(grads, count)
+        flats = self._packed(grads)
+        kept = self._add(flats, count)
         self._count_one(count, kept)
         full = self.micro_step >= self.accumulate_step
         if flush is not False:
@@ -412,7 +403,7 @@ class Accumulator:
         if full:
             if self._samples_last:
                 # Here, once a window: a norm per micro-step would cost a read of every gradient.
-                self._sample_noise(grads, count, kept)
+                self._sample_noise(flats, count, kept)
             self._close_window()
         return self._update_if_ready()
 
@@ -435,14 +426,15 @@ class Accumulator:
             (True, 0)
         """
         self._check_weight(count)
-        kept = self.add(grads, count)
+        flats = self._packed(grads)
+        kept = self._add(flats, count)
         position = self._count_one(count, kept)
         if self._samples_last:
             if last is None:
                 if position >= self.accumulate_step:
-                    self._sample_noise(grads, count, kept)
+                    self._sample_noise(flats, count, kept)
             elif last:
-                self._sample_noise(grads, count, kept)
+                self._sample_noise(flats, count, kept)
         return position
 
     def step(self):
@@ -518,24 +510,31 @@ class Accumulator:
             >>> accumulator.grad_buffers[1].asnumpy()
             array([3.], dtype=float32)
         """
+        return self._add(self._packed(grads), count)
+
+    def _packed(self, grads):
         self._check_grads(grads)
+        return self.buckets.flatten(grads)
+
+    def _add(self, flats, count):
+        """``add`` on the gradients packed as ``buckets.flatten`` packs them: one add per bucket."""
         if self.skip_nonfinite == "micro_batch":
-            kept = _all_finite(self.sum_by_matmul, grads)
-            _hyper_map(ops.partial(_add_if, kept.astype(ms.float32)), self.grad_buffers, grads)
+            kept = _all_finite(self.sum_by_matmul, flats)
+            _hyper_map(ops.partial(_add_if, kept.astype(ms.float32)), self.buffers, flats)
         else:
-            _hyper_map(_add_into, self.grad_buffers, grads)
+            _hyper_map(_add_into, self.buffers, flats)
             kept = TRUE
         if self.noise is not None and self.track_noise == "micro_batch":
             self._check_noise_size(count)
             size = self._noise_size(count)
             # A summed loss's gradient is count times the micro-batch's mean gradient.
-            squared_norm = _squared_total(self.sum_by_matmul, grads)
+            squared_norm = _squared_total(self.sum_by_matmul, flats)
             if count is not None:
                 squared_norm = squared_norm / (size * size)
             self.noise.add(squared_norm, 1.0 / size, kept)
         return kept
 
-    def _sample_noise(self, grads, count, kept):
+    def _sample_noise(self, flats, count, kept):
         """Adds the window's last micro-batch, counted already, as track_noise=True's sample.
 
         Its squared distance from this device's window mean, |g_L - g_w|²,
@@ -545,7 +544,7 @@ class Accumulator:
         size = self._noise_size(count)
         # The buffers times this are the window mean, on the scale of grads.
         factor = ops.cast(count, ms.float32) / self.weight_total if count is not None else 1.0 / self.weight_total
-        distance = _hyper_map(ops.partial(_distance, factor), grads, self.grad_buffers)
+        distance = _hyper_map(ops.partial(_distance, factor), flats, self.buffers)
         squared = _squared_total(self.sum_by_matmul, distance)
         if count is not None:
             squared = squared / (size * size)
@@ -613,7 +612,7 @@ class Accumulator:
         # update can scale them as it hands them over (no write-back pass).
         grads, factor = self._close_window(self.micro_step > 0, write_back=False)
         updated = self._update_if_ready(grads, factor, clear=False)
-        _hyper_map(_clear, self.grad_buffers)
+        _hyper_map(_clear, self.buffers)
         return updated
 
     def _update_if_ready(self, grads=None, factor=None, clear=True):
@@ -638,7 +637,7 @@ class Accumulator:
         returns the window's gradients and the scalar, for the update to
         multiply as it hands them over: a pass over the buffers less.
         """
-        grads = self.grad_buffers
+        grads = self.buffers
         total = self.weight_total
         extra = ()
         for member in self.members:
@@ -686,9 +685,9 @@ class Accumulator:
                 # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
                 factor = ops.select(applied, ONE_FLOAT if factor is None else factor, ZERO_FLOAT)
         if write_back and factor is not None:
-            _hyper_map(ops.partial(_scale_into, factor), self.grad_buffers, grads)
+            _hyper_map(ops.partial(_scale_into, factor), self.buffers, grads)
         elif write_back and self.grad_reducer is not None:
-            _hyper_map(_assign, self.grad_buffers, grads)
+            _hyper_map(_assign, self.buffers, grads)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
@@ -717,6 +716,18 @@ class Accumulator:
             raise ValueError("noise_scale needs Accumulator(..., track_noise=True)")
         return self.noise.noise_scale()
 
+    @property
+    def grad_buffers(self):
+        """The window's running sum per optimizer parameter, of its shape: a tuple of Tensors, copied on the host.
+
+        Example:
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), 4)
+            >>> [tuple(b.shape) for b in accumulator.grad_buffers]
+            [(1, 3), (1,)]
+        """
+        return self.buckets.split(self.buffers)
+
     def _not_a_spike(self, finite, norm):
         """``finite`` and the norm within ``spike_factor`` of the running mean; updates the mean if so."""
         windows = self.norm_windows.astype(ms.float32)
@@ -731,15 +742,17 @@ class Accumulator:
 
     def _update(self, grads=None, factor=None, clear=True):
         if grads is None:
-            grads = self.grad_buffers
+            grads = self.buffers
         if factor is not None:
-            grads = _hyper_map(ops.partial(_scale_like, factor), self.optimizer.parameters, grads)
-        elif self._casts:
+            grads = _hyper_map(ops.partial(_scaled, factor), grads)
+        # Per parameter only here, where the optimizer takes them.
+        grads = self.buckets.split(grads)
+        if self._casts:
             grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
         self.optimizer(grads)
         ops.assign_add(self.update_count, ONE_INT)
         if clear:
-            _hyper_map(_clear, self.grad_buffers)
+            _hyper_map(_clear, self.buffers)
         ops.assign(self.ready, FALSE)
         return TRUE
 

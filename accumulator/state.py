@@ -31,10 +31,10 @@ def training_state(network: nn.Cell, optimizer: Union[nn.Optimizer, NewOptimizer
         >>> net = nn.Dense(3, 1)
         >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
         >>> sorted(training_state(net, optimizer, Accumulator(optimizer, 4)))
-        ['accum.bias', 'accum.weight', 'accumulator.accumulate_step', 'accumulator.bias',
-         'accumulator.micro_step', 'accumulator.skipped_windows', 'accumulator.update_count',
-         'accumulator.weight', 'accumulator.weight_total', 'bias', 'global_step', 'learning_rate',
-         'momentum', 'stat.bias', 'stat.weight', 'weight']
+        ['accum.bias', 'accum.weight', 'accumulator.accumulate_step', 'accumulator.micro_step',
+         'accumulator.skipped_windows', 'accumulator.update_count', 'accumulator.weight..bias',
+         'accumulator.weight_total', 'bias', 'global_step', 'learning_rate', 'momentum', 'stat.bias',
+         'stat.weight', 'weight']
     """
     state = {}
     for param in network.get_parameters():

@@ -1,0 +1,116 @@
+"""Contiguous gradient buckets: the window's sums in a few flat buffers.
+
+A kernel launch costs microseconds on CPU whatever its size, so a buffer per
+parameter makes every pass over the window (the micro-step's add, the
+window's scale, clear, norm and finiteness check, the AllReduce) cost a
+kernel per tensor (docs/mindspore-behaviours.md). As DDP, DeepSpeed and
+Megatron do, parameters of one buffer dtype are packed, in order, into flat
+buckets of at most ``cap`` elements: a micro-step adds its gradients with one
+concat and one ``AssignAdd`` per bucket. A parameter larger than ``cap``
+keeps a buffer of its own shape, so no concat copies it. The optimizer gets
+per-parameter gradients back from ``split``.
+"""
+from typing import Sequence, Tuple
+
+import numpy as np
+import mindspore as ms
+from mindspore import Parameter, ParameterTuple, ops
+from mindspore.common.initializer import initializer
+from mindspore.ops.auto_generate import SplitWithSize
+
+_split_with_size = SplitWithSize()
+# Elements per packed bucket: 4 MB of float32, so a micro-step's concat copy stays small.
+CAP = 1 << 20
+
+
+def _flat(tensor, dtype):
+    # Decided when the graph is built: a Cast to the same dtype is still a kernel.
+    tensor = tensor.reshape((-1,))
+    return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+
+def _groups(sizes, dtypes, cap):
+    """Parameter indices per bucket: each dtype's parameters in order, packed up to ``cap`` elements."""
+    groups, open_group = [], {}
+    for index, (size, dtype) in enumerate(zip(sizes, dtypes)):
+        if size > cap:
+            groups.append([index])
+            continue
+        group = open_group.get(dtype)
+        if group is None or sum(sizes[i] for i in group) + size > cap:
+            group = open_group[dtype] = []
+            groups.append(group)
+        group.append(index)
+    return tuple(tuple(group) for group in groups)
+
+
+@ms.jit_class
+class Buckets:
+    """The window's layout in buckets: ``flatten`` gradients to buckets, ``split`` buckets to gradients.
+
+    Args:
+        parameters: the optimizer's parameters, whose gradients are summed.
+        dtypes: each parameter's buffer dtype.
+        cap: the most elements packed into one bucket.
+
+    Example:
+        >>> from mindspore import Tensor, nn
+        >>> net = nn.Dense(3, 2)
+        >>> buckets = Buckets(net.trainable_params(), (ms.float32, ms.float32))
+        >>> [(b.name, tuple(b.shape)) for b in buckets.zeros(net.trainable_params(), "sum")]
+        [('sum.weight..bias', (8,))]
+        >>> grads = (Tensor(np.ones((2, 3), np.float32)), Tensor(np.full(2, 2.0, np.float32)))
+        >>> buckets.flatten(grads)[0].asnumpy().tolist()
+        [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
+        >>> [tuple(g.shape) for g in buckets.split(buckets.flatten(grads))]
+        [(2, 3), (2,)]
+    """
+
+    def __init__(self, parameters: Sequence[Parameter], dtypes: Sequence[ms.dtype.Type], cap: int = CAP) -> None:
+        shapes = [tuple(p.shape) for p in parameters]
+        sizes = [int(np.prod(shape)) for shape in shapes]
+        self.groups = _groups(sizes, list(dtypes), cap)
+        self.shapes = tuple(shapes)
+        self.sizes = tuple(tuple(sizes[i] for i in group) for group in self.groups)
+        # Where each parameter lies: (bucket, index within the bucket).
+        places = {i: (b, k) for b, group in enumerate(self.groups) for k, i in enumerate(group)}
+        self.places = tuple(places[i] for i in range(len(shapes)))
+        self.dtypes = tuple(dtypes[group[0]] for group in self.groups)
+
+    def zeros(self, parameters: Sequence[Parameter], prefix: str) -> ParameterTuple:
+        """Zero-initialised buffers, one per bucket: flat, or of its parameter's shape when it holds one.
+
+        Named ``prefix.first`` for a bucket of one parameter ``first``, ``prefix.first..last`` otherwise.
+        """
+        buffers = []
+        for group, dtype in zip(self.groups, self.dtypes):
+            first, last = parameters[group[0]], parameters[group[-1]]
+            shape = first.shape if len(group) == 1 else (sum(int(np.prod(parameters[i].shape)) for i in group),)
+            name = f"{prefix}.{first.name}" if len(group) == 1 else f"{prefix}.{first.name}..{last.name}"
+            buffers.append(Parameter(initializer("zeros", shape, dtype), name=name, requires_grad=False))
+        return ParameterTuple(buffers)
+
+    def flatten(self, grads) -> Tuple:
+        """One Tensor per bucket, in its dtype: the bucket's gradients concatenated (or the one, as it is)."""
+        return tuple([self._join(grads, group, dtype) for group, dtype in zip(self.groups, self.dtypes)])
+
+    @staticmethod
+    def _join(grads, group, dtype):
+        if len(group) == 1:
+            grad = grads[group[0]]
+            return grad if grad.dtype == dtype else grad.astype(dtype)
+        return ops.concat([_flat(grads[i], dtype) for i in group])
+
+    def split(self, flats) -> Tuple:
+        """The per-parameter gradients, in the parameters' order and shapes, of one Tensor per bucket."""
+        # SplitWithSize, one kernel: ops.split slices piece by piece in a Python
+        # loop that exceeds the graph's call depth at 128 tensors (docs/mindspore-behaviours.md).
+        pieces = [flat if len(sizes) == 1 else _split_with_size(flat, sizes, 0)
+                  for flat, sizes in zip(flats, self.sizes)]
+        return tuple([self._piece(pieces, bucket, index, shape) for (bucket, index), shape
+                      in zip(self.places, self.shapes)])
+
+    def _piece(self, pieces, bucket, index, shape):
+        if len(self.sizes[bucket]) == 1:
+            return pieces[bucket]
+        return pieces[bucket][index].reshape(shape)
