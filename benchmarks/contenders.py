@@ -224,8 +224,8 @@ def _build_boost(spec):
     return _accumulating(spec, make, pass_loss=True)
 
 
-def _host_applied(spec, make_accumulator, host_step):
-    """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, then ``host_step(accumulator)()``.
+def _host_applied(spec, make_accumulator):
+    """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, then ``accumulator.step()``.
 
     The host call applies the window, compiled, once per window: no branch
     in the micro-step graph for the gradients to cross.
@@ -244,26 +244,14 @@ def _host_applied(spec, make_accumulator, host_step):
         accumulator.accumulate(grads)
         return loss
 
-    micro_step, after, (x, y) = ms.jit(micro_step), host_step(accumulator), data(spec["batch"])
+    micro_step, (x, y) = ms.jit(micro_step), data(spec["batch"])
 
     def step():
         micro_step(x, y)
-        after()
+        accumulator.step()
 
     return Runner(step, spec["batch"], _nbytes(_state_of(accumulator)), _nbytes(optimizer.parameters),
                   _ms_sync, _ms_weights(optimizer))
-
-
-def _every_window(accumulator):
-    """Counts the calls on the host and runs ``accumulator.apply``, compiled, every N-th."""
-    import mindspore as ms
-    apply, calls = ms.jit(accumulator.apply), [0]
-
-    def after():
-        calls[0] += 1
-        if calls[0] % accumulator.accumulate_step == 0:
-            apply()
-    return after
 
 
 @register("recommended", "the README's recommended step: accumulate(grads) in the jitted micro-step, then "
@@ -271,17 +259,7 @@ def _every_window(accumulator):
           modes=("graph",))
 def _build_recommended(spec):
     from accumulator import Accumulator
-
-    def step_of(accumulator):
-        return accumulator.step
-    return _host_applied(spec, Accumulator, step_of)
-
-
-@register("flat", "design experiment: one flat buffer (a concat and one AssignAdd per micro-step, split once "
-          "per window), applied from the host; no checks or counts", modes=("graph",), experiment=True)
-def _build_flat(spec):
-    from benchmarks.flat import FlatAccumulator
-    return _host_applied(spec, FlatAccumulator, _every_window)
+    return _host_applied(spec, Accumulator)
 
 
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
