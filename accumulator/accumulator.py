@@ -629,7 +629,7 @@ class Accumulator:
         caller knows it holds a micro-batch.
 
         Unscaling, the mean and clipping fold into one scalar, and one
-        multiply per buffer writes the window back for the update branch to
+        multiply per bucket writes the window back for the update branch to
         hand to the optimizer; a skipped or empty window is multiplied by 0,
         which MulNoNan makes a real 0 even for NaN or Inf. That costs no
         branch, which every call would pay for (docs/mindspore-behaviours.md). Without ``write_back``
