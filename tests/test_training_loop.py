@@ -101,3 +101,31 @@ def test_a_run_that_tracks_noise_records_it_every_epoch_and_auto_moves_n_within_
     assert summary["effective_batch_size"] is None and summary["updates"] >= 2
     assert 2 <= int(run.accumulator.accumulate_step) <= 64
     assert run.accumulator.noise.record()["windows"] >= 1
+
+
+def test_a_signal_while_the_progress_bar_draws_itself_waits_until_the_bar_can_be_cleared(monkeypatch):
+    import signal
+
+    import tqdm as tqdm_module
+
+    from training import loop
+    from training.interrupts import Interrupted, signals_raise_interrupted
+    closed = []
+
+    class SignalledBar(tqdm_module.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            signal.raise_signal(signal.SIGTERM)   # as if it came while the bar was first drawn
+
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    monkeypatch.setattr(loop, "tqdm", SignalledBar)
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=1, epochs=1)
+    run = build_run(config, toy_task())
+    with pytest.raises(Interrupted), signals_raise_interrupted():
+        try:
+            train_epoch(run, toy_task(), config, epoch=1)
+        finally:
+            assert closed   # closed before the interrupt's message is printed, which clears its line

@@ -18,7 +18,7 @@ from accumulator import (Accumulator, NoiseScaleSchedule, StepSchedulerPerUpdate
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
-from training.interrupts import finishing
+from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
@@ -221,8 +221,11 @@ def train_epoch(run, task, config, epoch, progress=True):
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
     started = time.perf_counter()
-    with tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample", unit_scale=True,
-              leave=False, disable=not progress, dynamic_ncols=True) as bar:
+    with contextlib.ExitStack() as stack:
+        # A signal while the bar draws itself would leave it half drawn, the interrupt line glued to it.
+        with deferred():
+            bar = stack.enter_context(tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample",
+                                           unit_scale=True, leave=False, disable=not progress, dynamic_ncols=True))
         for window_loss, window_counted, window_samples in train_on_windows(run, windows, config.batch_size,
                                                                             config.first_step, task.count):
             loss_sum += window_loss
