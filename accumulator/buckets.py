@@ -86,9 +86,9 @@ class Buckets:
         Named ``prefix.first`` for a bucket of one parameter ``first``, ``prefix.first..last`` otherwise.
         """
         buffers = []
-        for group, dtype in zip(self.groups, self.dtypes):
+        for group, sizes, dtype in zip(self.groups, self.sizes, self.dtypes):
             first, last = parameters[group[0]], parameters[group[-1]]
-            shape = first.shape if len(group) == 1 else (sum(int(np.prod(parameters[i].shape)) for i in group),)
+            shape = first.shape if len(group) == 1 else (sum(sizes),)
             name = f"{prefix}.{first.name}" if len(group) == 1 else f"{prefix}.{first.name}..{last.name}"
             buffers.append(Parameter(initializer("zeros", shape, dtype), name=name, requires_grad=False))
         return ParameterTuple(buffers)
