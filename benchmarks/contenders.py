@@ -224,11 +224,12 @@ def _build_boost(spec):
     return _accumulating(spec, make, pass_loss=True)
 
 
-def _host_applied(spec, make_accumulator):
+def _host_applied(spec, make_accumulator, apply=True):
     """A branch-free jitted micro-step, ``accumulator.accumulate(grads)``, then ``accumulator.step()``.
 
     The host call applies the window, compiled, once per window: no branch
-    in the micro-step graph for the gradients to cross.
+    in the micro-step graph for the gradients to cross. Without ``apply``
+    no window is ever applied: the micro-step alone.
     """
     import mindspore as ms
     net, optimizer, loss_fn, data = _setup(spec)
@@ -248,10 +249,13 @@ def _host_applied(spec, make_accumulator):
 
     def step():
         micro_step(x, y)
-        accumulator.step()
+        if apply:
+            accumulator.step()
 
+    # Without apply the weights never move: what changes is the window's sum.
+    trained = _ms_weights(optimizer) if apply else (lambda: [b.asnumpy().copy() for b in accumulator.buffers])
     return Runner(step, spec["batch"], _nbytes(_state_of(accumulator)), _nbytes(optimizer.parameters),
-                  _ms_sync, _ms_weights(optimizer))
+                  _ms_sync, trained)
 
 
 @register("recommended", "the README's recommended step: accumulate(grads) in the jitted micro-step, then "
@@ -260,6 +264,14 @@ def _host_applied(spec, make_accumulator):
 def _build_recommended(spec):
     from accumulator import Accumulator
     return _host_applied(spec, Accumulator)
+
+
+@register("micro_floor", "the least an accumulating micro-step costs: the recommended step's jitted micro-step "
+          "(forward, backward, accumulate(grads)) with no window ever applied", modes=("graph",),
+          experiment=True)
+def _build_micro_floor(spec):
+    from accumulator import Accumulator
+    return _host_applied(spec, Accumulator, apply=False)
 
 
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
