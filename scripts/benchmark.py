@@ -18,6 +18,7 @@ Examples:
     python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
         --contenders plain_micro,recommended,window,accumulator,tutorial,boost,torch_plain,torch_accumulate
     python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
+    python scripts/benchmark.py --profile --nets deep48 --optimizer adam -B 16 -N 4   # kernels inside the steps
     python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step and PyTorch
 """
 import argparse
@@ -73,6 +74,10 @@ def parse_args(argv=None):
     parser.add_argument("--plot", help="write a PNG (needs matplotlib) to this path")
     parser.add_argument("--kernels", action="store_true",
                         help="time single kernels (MatMul, AssignAdd, sums) in MindSpore and PyTorch, then stop")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the plain step, the recommended micro-step and a whole window on each of "
+                             "--nets: kernels launched and their compute time per micro-step, against wall time, "
+                             "then stop")
     parser.add_argument("--end-to-end", action="store_true",
                         help="time train_mnist.py's training (training.train_epoch, data from memory) against "
                              "its own compiled step on Tensors in memory, the mindspore.dataset pipeline and "
@@ -118,6 +123,10 @@ def main(argv=None):
     if args.kernels:
         from benchmarks.kernels import report_kernels
         return report_kernels(args.device_target, args.json)
+    if args.profile:
+        from benchmarks.profile import report_profile
+        return report_profile(args.nets, args.batch, args.accumulate, args.optimizer, device_target=args.device_target,
+                              timeout=args.timeout, json_path=args.json)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,
