@@ -1,13 +1,16 @@
 """training.loop: accumulated micro-batches train exactly like one large batch, in every way of running."""
 import re
+from dataclasses import replace
 
+import mindspore as ms
 import numpy as np
 import pytest
 
 from helpers import sweep
 from training.config import TrainConfig
+from training.context import configure_context
 from training.errors import TrainingError
-from training.loop import build_run, check_trainable, train, train_epoch
+from training.loop import build_run, check_trainable, compile_train_step, train, train_epoch
 from training.mnist import mnist_task
 from training.task import toy_task
 
@@ -129,3 +132,40 @@ def test_a_signal_while_the_progress_bar_draws_itself_waits_until_the_bar_can_be
             train_epoch(run, toy_task(), config, epoch=1)
         finally:
             assert closed   # closed before the interrupt's message is printed, which clears its line
+
+
+def _trained_toy(mode, **settings):
+    config = TrainConfig(mode=mode, epochs=2, batch_size=2, lr=0.1, **settings)
+    configure_context(config)
+    summary, run = train(config, toy_task(20), progress=False)
+    return summary, run
+
+
+@pytest.mark.parametrize("settings", [dict(accumulate_step=3, track_noise=True), dict(accumulate_step="auto")])
+def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
+    # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the graph's `last`
+    # (track_noise=True samples the window's last micro-batch) is decided on the host, auto moves N.
+    graph_summary, graph = _trained_toy("graph", **settings)
+    eager_summary, eager = _trained_toy("pynative", **settings)
+    assert graph_summary["updates"] == eager_summary["updates"] >= 4
+    assert int(graph.accumulator.accumulate_step) == int(eager.accumulator.accumulate_step)
+    for key, value in eager.accumulator.noise.record().items():
+        assert graph.accumulator.noise.record()[key] == pytest.approx(value, rel=1e-5), key
+    assert eager.accumulator.noise.record()["windows"] >= 4
+    for mine, theirs in zip(graph.optimizer.parameters, eager.optimizer.parameters):
+        np.testing.assert_allclose(mine.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6, err_msg=mine.name)
+
+
+def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_state_and_never_applies_itself():
+    config = configure_context(TrainConfig(batch_size=2, accumulate_step=2, track_noise=True))
+    run = build_run(config, toy_task())
+    state = [p.asnumpy().copy() for p in list(run.net.get_parameters()) + run.accumulator.state_parameters()]
+    assert compile_train_step(run, toy_task(), config, epoch=1) > 0
+    for before, parameter in zip(state, list(run.net.get_parameters()) + run.accumulator.state_parameters()):
+        np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
+    inputs, labels = next(iter(toy_task().test_batches(2)))
+    for last in (False, True, False):   # past N: the micro-step adds, only Accumulator.step() applies
+        run.micro_step(inputs, labels, ms.Tensor(2.0), last)
+    assert (int(run.accumulator.micro_step), int(run.accumulator.update_count)) == (3, 0)
+    whole_windows = replace(config, window_step=True)   # its own compiled loop, not ahead
+    assert compile_train_step(build_run(whole_windows, toy_task()), toy_task(), whole_windows, epoch=1) is None

@@ -33,7 +33,9 @@ class Run:
 
     ``train_step(inputs, labels, count) -> summed loss`` adds one micro-batch
     and its count (a float32 Tensor, ``Task.count``) to the accumulator
-    (which updates the weights when its window is full);
+    and updates the weights when its window is full: in graph mode the
+    compiled ``micro_step`` (``MicroStep``) adds, and the host applies full
+    windows with ``Accumulator.step()``;
     ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
     counts) -> (summed loss, updated)`` is set when the config asks for it;
@@ -62,10 +64,45 @@ class Run:
     eager_step: Optional[Callable] = None
     eager_flush: Optional[Callable] = None
     lr_scheduler: Optional[object] = None
+    micro_step: Optional[nn.Cell] = None
 
 
-def _eager(function):
-    return function
+class MicroStep(nn.Cell):
+    """One micro-batch's gradient added to the accumulator's window, never applied: ``(inputs, labels, count, last)``.
+
+    No ``if`` in its graph, which would cost every call; ``Accumulator.step()``
+    applies full windows from the host (docs/language-model-tool.md, Speed).
+    ``last`` is ``accumulate``'s: a Python bool or None, a constant of the
+    graph. A Cell, so ``compile`` compiles it without running it.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import Tensor
+        >>> net = nn.Dense(3, 1)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+        >>> def make_micro_step(net, accumulator):     # a closure: the graph reads net from it
+        ...     def forward(x, y):
+        ...         return ((net(x) - y) ** 2).sum()
+        ...     return MicroStep(ms.value_and_grad(forward, None, accumulator.optimizer.parameters), accumulator)
+        >>> micro_step = make_micro_step(net, accumulator)
+        >>> x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.zeros((4, 1), np.float32))
+        >>> micro_step.compile(x, y, Tensor(4.0), None)
+        >>> int(accumulator.micro_step)          # compiled, not run
+        0
+        >>> _ = micro_step(x, y, Tensor(4.0), None)
+        >>> int(accumulator.micro_step), bool(accumulator.step()), int(accumulator.update_count)
+        (1, False, 0)
+    """
+
+    def __init__(self, grad_fn, accumulator):
+        super().__init__(auto_prefix=False)
+        self.grad_fn = grad_fn
+        self.accumulator = accumulator
+
+    def construct(self, inputs, labels, count, last):
+        loss_sum, grads = self.grad_fn(inputs, labels)
+        self.accumulator.accumulate(grads, count, last)
+        return loss_sum
 
 
 def build_run(config, task):
@@ -116,12 +153,62 @@ def build_run(config, task):
         logits = net(inputs)
         return loss_fn(logits, labels), task.correct(logits, labels)
 
-    # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
-    compile_ = (lambda function: finishing(ms.jit(function))) if config.mode == "graph" else _eager
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
-    return Run(net, optimizer, accumulator, compile_(train_step), compile_(flush), compile_(eval_step), grad_fn,
-               window_step, eager_step=train_step, eager_flush=flush, lr_scheduler=lr_scheduler)
+    if config.mode != "graph":
+        return Run(net, optimizer, accumulator, train_step, flush, eval_step, grad_fn, window_step,
+                   eager_step=train_step, eager_flush=flush, lr_scheduler=lr_scheduler)
+    micro_step = MicroStep(grad_fn, accumulator)
+    # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
+    return Run(net, optimizer, accumulator, finishing(_applied_on_the_host(micro_step, accumulator)),
+               finishing(ms.jit(flush)), finishing(ms.jit(eval_step)), grad_fn, window_step, eager_step=train_step,
+               eager_flush=flush, lr_scheduler=lr_scheduler, micro_step=micro_step)
+
+
+def _applied_on_the_host(micro_step, accumulator):
+    """``train_step`` from ``micro_step``, which only accumulates: ``Accumulator.step()`` applies full windows.
+
+    ``track_noise=True`` samples the window's last micro-batch: ``last`` is
+    read from the accumulator's position on the host, so the graph is one of
+    two without a branch, not one with a branch.
+    """
+    def train_step(inputs, labels, count):
+        last = None
+        if accumulator.track_noise is True:
+            last = int(accumulator.micro_step) + 1 >= int(accumulator.accumulate_step)
+        loss_sum = micro_step(inputs, labels, count, last)
+        accumulator.step()
+        return loss_sum
+    return train_step
+
+
+def compile_train_step(run, task, config, epoch):
+    """Compiles ``run.micro_step`` for epoch ``epoch``'s micro-batches without running it; returns the seconds taken.
+
+    The weights, the accumulator's buffers and counters stay as they were:
+    the graph is compiled (``Cell.compile``), not run on data. Returns None
+    where nothing compiles ahead: PyNative mode, ``window_step``, or a first
+    micro-batch shorter than ``batch_size`` (it runs op by op). The first
+    full window's flush (``Accumulator.step()``) still compiles when it comes.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> run = build_run(TrainConfig(batch_size=4), toy_task())
+        >>> compile_train_step(run, toy_task(), TrainConfig(batch_size=4), epoch=1) > 0, int(run.accumulator.micro_step)
+        (True, 0)
+    """
+    if run.micro_step is None or run.window_step is not None:
+        return None
+    inputs, labels = next(iter(_epoch_windows(config, task, epoch)))[0]
+    if labels.shape[0] != config.batch_size:
+        return None
+    started = time.perf_counter()
+    count = ms.Tensor(task.count(labels), ms.float32)
+    with deferred():
+        for last in (True, False) if run.accumulator.track_noise is True else (None,):
+            run.micro_step.compile(inputs, labels, count, last)
+    return time.perf_counter() - started
 
 
 @contextlib.contextmanager
@@ -341,6 +428,10 @@ def train(config, task, progress=True):
     if config.check:
         say(f"equivalence check: {check(run, task, config)}")
     done, history = resume(run, config, say) if config.resume else (0, [])
+    # Before the first epoch, so that its time is that of the epochs after it (docs/language-model-tool.md, Speed).
+    compiled = compile_train_step(run, task, config, done + 1) if done < config.epochs else None
+    if compiled is not None:
+        say(f"compiled the train step in {compiled:.1f} s")
     for epoch in range(done + 1, config.epochs + 1):
         record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank)}
         evaluated = time.perf_counter()
