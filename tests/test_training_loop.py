@@ -143,8 +143,8 @@ def _trained_toy(mode, **settings):
 
 @pytest.mark.parametrize("settings", [dict(accumulate_step=3, track_noise=True), dict(accumulate_step="auto")])
 def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
-    # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the graph's `last`
-    # (track_noise=True samples the window's last micro-batch) is decided on the host, auto moves N.
+    # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
+    # (track_noise=True samples the window's last micro-batch) is read on the host, auto moves N.
     graph_summary, graph = _trained_toy("graph", **settings)
     eager_summary, eager = _trained_toy("pynative", **settings)
     assert graph_summary["updates"] == eager_summary["updates"] >= 4
@@ -165,7 +165,7 @@ def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_sta
         np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
     inputs, labels = next(iter(toy_task().test_batches(2)))
     for last in (False, True, False):   # past N: the micro-step adds, only Accumulator.step() applies
-        run.micro_step(inputs, labels, ms.Tensor(2.0), last)
+        run.micro_step(inputs, labels, ms.Tensor(2.0), ms.Tensor(last))
     assert (int(run.accumulator.micro_step), int(run.accumulator.update_count)) == (3, 0)
     whole_windows = replace(config, window_step=True)   # its own compiled loop, not ahead
     assert compile_train_step(build_run(whole_windows, toy_task()), toy_task(), whole_windows, epoch=1) is None

@@ -70,10 +70,11 @@ class Run:
 class MicroStep(nn.Cell):
     """One micro-batch's gradient added to the accumulator's window, never applied: ``(inputs, labels, count, last)``.
 
-    No ``if`` in its graph, which would cost every call; ``Accumulator.step()``
-    applies full windows from the host (docs/language-model-tool.md, Speed).
-    ``last`` is ``accumulate``'s: a Python bool or None, a constant of the
-    graph. A Cell, so ``compile`` compiles it without running it.
+    No window's ``if`` in its graph, which would cost every call;
+    ``Accumulator.step()`` applies full windows from the host
+    (docs/language-model-tool.md, Speed). ``last`` is ``accumulate``'s:
+    None, or with ``track_noise=True`` a bool Tensor (``_last``). A Cell, so
+    ``compile`` compiles it without running it.
 
     Example:
         >>> import numpy as np
@@ -165,18 +166,23 @@ def build_run(config, task):
                eager_flush=flush, lr_scheduler=lr_scheduler, micro_step=micro_step)
 
 
-def _applied_on_the_host(micro_step, accumulator):
-    """``train_step`` from ``micro_step``, which only accumulates: ``Accumulator.step()`` applies full windows.
+def _last(accumulator):
+    """``accumulate``'s ``last`` for the next micro-batch: None, or a bool Tensor read from the window's position.
 
-    ``track_noise=True`` samples the window's last micro-batch: ``last`` is
-    read from the accumulator's position on the host, so the graph is one of
-    two without a branch, not one with a branch.
+    Only ``track_noise=True`` samples the window's last micro-batch. A
+    Tensor makes that sample a branch in the graph; Python bools would make
+    two graphs without one. The branch was no slower per micro-step and
+    saves a compile (docs/language-model-tool.md, Speed).
     """
+    if accumulator.track_noise is not True:
+        return None
+    return ms.Tensor(int(accumulator.micro_step) + 1 >= int(accumulator.accumulate_step))
+
+
+def _applied_on_the_host(micro_step, accumulator):
+    """``train_step`` from ``micro_step``, which only accumulates: ``Accumulator.step()`` applies full windows."""
     def train_step(inputs, labels, count):
-        last = None
-        if accumulator.track_noise is True:
-            last = int(accumulator.micro_step) + 1 >= int(accumulator.accumulate_step)
-        loss_sum = micro_step(inputs, labels, count, last)
+        loss_sum = micro_step(inputs, labels, count, _last(accumulator))
         accumulator.step()
         return loss_sum
     return train_step
@@ -206,8 +212,7 @@ def compile_train_step(run, task, config, epoch):
     started = time.perf_counter()
     count = ms.Tensor(task.count(labels), ms.float32)
     with deferred():
-        for last in (True, False) if run.accumulator.track_noise is True else (None,):
-            run.micro_step.compile(inputs, labels, count, last)
+        run.micro_step.compile(inputs, labels, count, _last(run.accumulator))
     return time.perf_counter() - started
 
 
