@@ -106,7 +106,9 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
                     lr_scheduler: Optional[Any] = None) -> Dict[str, Any]:
     """Restores a run saved by ``save_checkpoint`` in place; returns ``extra``.
 
-    Every value is checked against its Parameter (presence, shape, dtype,
+    A checkpoint written before the accumulator packed its window into
+    buckets (one buffer per parameter) loads too. Every value is checked
+    against its Parameter (presence, shape, dtype,
     and the accumulator's window size against its schedule) before any is
     written, so a mismatch raises ``CheckpointMismatchError`` and changes
     nothing. Values are assigned in place, so a step that has already been
@@ -129,6 +131,8 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
     """
     state = training_state(network, optimizer, accumulator, loss_scaler, lr_scheduler)
     saved = ms.load_checkpoint(path)
+    if accumulator is not None:
+        saved = _packed_into_buckets(accumulator, saved)
     problems = []
     for name, param in state.items():
         if name not in saved:
@@ -146,6 +150,26 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
         # swap the memory and detach it from graphs compiled before the load.
         ops.assign(param, Tensor(saved[name].asnumpy()))
     return {name: _plain(value) for name, value in saved.items() if name not in state}
+
+
+def _packed_into_buckets(accumulator, saved):
+    """``saved`` with a checkpoint from before the buckets read into them.
+
+    Until 2026-11-25 the window's sum was one buffer per parameter, saved as
+    ``accumulator.<parameter name>``; a bucket holding several parameters is
+    saved as one flat entry now (``accumulator.buckets``). Where a bucket's
+    entry is missing and every one of its parameters' old entries is there,
+    of its parameter's shape, they are joined into it, in the bucket's order.
+    """
+    parameters, saved = accumulator.optimizer.parameters, dict(saved)
+    for buffer, group in zip(accumulator.buffers, accumulator.buckets.groups):
+        old = [f"accumulator.{parameters[index].name}" for index in group]
+        if buffer.name in saved or old == [buffer.name]:
+            continue
+        if all(name in saved and tuple(saved[name].shape) == tuple(parameters[index].shape)
+               for name, index in zip(old, group)):
+            saved[buffer.name] = Tensor(np.concatenate([saved.pop(name).asnumpy().reshape(-1) for name in old]))
+    return saved
 
 
 def _window_problems(accumulator, saved):
