@@ -1,6 +1,6 @@
 """The optimizers a run can ask for by name: the one place that maps names to MindSpore optimizers."""
 import mindspore as ms
-from mindspore import nn
+from mindspore import mint, nn
 from mindspore.experimental import optim
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
@@ -12,10 +12,9 @@ def make_optimizer(name, params, lr, weight_decay=0.0):
     """One of ``OPTIMIZERS`` over ``params`` with learning rate ``lr`` (a number or a ``LearningRateSchedule``).
 
     ``momentum`` uses ``MOMENTUM``; the others take ``weight_decay`` as an
-    L2 term, except ``adamw``: MindSpore 2.x's ``experimental.optim.AdamW``
-    (decoupled decay; ``mint.optim.AdamW`` has no CPU kernel), which takes a
-    number: it starts at a schedule's first value, and ``make_lr_scheduler``
-    moves it along the schedule.
+    L2 term, except ``adamw``: MindSpore 2.x's AdamW with decoupled decay
+    (``adamw_class``), which takes a number: it starts at a schedule's first
+    value, and ``make_lr_scheduler`` moves it along the schedule.
 
     Example:
         >>> net = nn.Dense(3, 2)
@@ -33,8 +32,20 @@ def make_optimizer(name, params, lr, weight_decay=0.0):
     if name == "adam":
         return nn.Adam(params, lr, weight_decay=weight_decay)
     if name == "adamw":
-        return optim.AdamW(params, lr=_schedule_at(lr, 0), weight_decay=weight_decay)
+        return adamw_class(ms.get_context("device_target"))(params, lr=_schedule_at(lr, 0), weight_decay=weight_decay)
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+
+
+def adamw_class(device_target):
+    """``mint.optim.AdamW`` on GPU and Ascend; on CPU, where it has no kernel, ``experimental.optim.AdamW``.
+
+    Both take the same arguments, and the Accumulator takes either.
+
+    Example:
+        >>> adamw_class("Ascend") is mint.optim.AdamW, adamw_class("CPU") is optim.AdamW
+        (True, True)
+    """
+    return optim.AdamW if device_target == "CPU" else mint.optim.AdamW
 
 
 def _schedule_at(lr, update):
