@@ -10,9 +10,11 @@ this says what runs inside it. Each of three calls runs under
 * ``window``: ``accumulate_step`` such micro-steps and ``step()``, which
   applies the window by its own compiled call; reported per micro-step.
 
-Per call: kernels launched and their compute time by kernel type, against
-the wall time of the same call timed outside the profiler. The difference
-is what no kernel computes: launching kernels and running the graph.
+Per call: kernels launched, their compute time and the mean gap before
+each (from its predecessor's end to its start: its launch) by kernel type,
+against the wall time of the same call timed outside the profiler. The
+difference is what no kernel computes: launching kernels and running the
+graph.
 Run it with ``python scripts/benchmark.py --profile`` (a worker per net,
 with ``MS_DEV_HOST_BLOCKING_RUN=1``).
 """
@@ -60,8 +62,42 @@ def read_op_types(folder, calls):
     return ops
 
 
+def read_launch_gaps(folder):
+    """``{kernel type: mean microseconds}`` between the end of the kernel before and its start.
+
+    From the profiler's per-kernel timestamps (``start ns, duration ms``);
+    gaps above a millisecond lie between calls and are left out.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> os.makedirs(os.path.join(folder, "run", "FRAMEWORK"))
+        >>> with open(os.path.join(folder, "run", "FRAMEWORK", "cpu_op_execute_timestamp_0.txt"), "w") as f:
+        ...     _ = f.write("Default/MatMul-op1;HostCpuOps;1000,0.002,0 9000000,0.002,0\\n"
+        ...                 "Default/Adam-op2;HostCpuOps;43000,0.001,0\\n")
+        >>> read_launch_gaps(folder)
+        {'Adam': 40.0}
+    """
+    events = []
+    for path in glob.glob(os.path.join(folder, "*", "FRAMEWORK", "cpu_op_execute_timestamp_*.txt")):
+        with open(path) as table:
+            for line in table:
+                name, _, times = line.strip().split(";", 2)
+                kind = name.rsplit("/", 1)[-1].split("-op")[0]
+                for event in times.split():
+                    start, duration, _ = event.split(",")
+                    events.append((int(start), float(duration) * 1e6, kind))
+    events.sort()
+    gaps = {}
+    for (start, duration, _), (next_start, _, kind) in zip(events, events[1:]):
+        gap = (next_start - start - duration) / 1000.0
+        if gap < 1000.0:
+            gaps.setdefault(kind, []).append(gap)
+    return {kind: statistics.mean(values) for kind, values in gaps.items()}
+
+
 def profile_call(call, calls):
-    """Runs ``call`` ``calls`` times under MindSpore's profiler; returns ``read_op_types`` of the run."""
+    """Runs ``call`` ``calls`` times under MindSpore's profiler; returns ``read_op_types`` and ``read_launch_gaps``."""
     import mindspore as ms
     with tempfile.TemporaryDirectory() as folder:
         profiler = ms.Profiler(output_path=folder)
@@ -71,7 +107,7 @@ def profile_call(call, calls):
         profiler.stop()
         with contextlib.redirect_stdout(io.StringIO()):  # its progress lines
             profiler.analyse()
-        return read_op_types(folder, calls)
+        return read_op_types(folder, calls), read_launch_gaps(folder)
 
 
 def wall_ms(call, calls, rounds=5):
@@ -149,42 +185,46 @@ def measure_profile(net, net_spec, batch, accumulate, optimizer, calls, device_t
         for _ in range(3):  # compile, and let the memory pool settle
             call()
         ms.runtime.synchronize()  # or the profiler sees the last warm-up call's kernels
-        ops = profile_call(call, calls)
+        ops, gaps = profile_call(call, calls)
         per_micro = {op: (kernels / micro_steps, compute / micro_steps) for op, (kernels, compute) in ops.items()}
-        result["calls"][name] = dict(ops=per_micro, wall_ms=wall_ms(call, calls) / micro_steps)
+        result["calls"][name] = dict(ops=per_micro, gap_us=gaps, wall_ms=wall_ms(call, calls) / micro_steps)
     return result
 
 
 def format_profile(result):
-    """The profile as a table: per micro-step, each kernel type's launches and compute ms in each call.
+    """The profile as a table: per micro-step, each kernel type's launches, compute ms and launch gap in each call.
 
     Example:
-        >>> calls = {"plain": dict(ops={"Adam": (6.0, 0.3)}, wall_ms=1.0),
-        ...          "micro": dict(ops={"AssignAdd": (1.0, 0.1)}, wall_ms=0.6),
-        ...          "window": dict(ops={"AssignAdd": (1.0, 0.1), "Adam": (3.0, 0.15)}, wall_ms=0.9)}
+        >>> calls = {"plain": dict(ops={"Adam": (6.0, 0.3)}, gap_us={"Adam": 40.0}, wall_ms=1.0),
+        ...          "micro": dict(ops={"AssignAdd": (1.0, 0.1)}, gap_us={"AssignAdd": 20.0}, wall_ms=0.6),
+        ...          "window": dict(ops={"AssignAdd": (1.0, 0.1), "Adam": (3.0, 0.15)},
+        ...                         gap_us={"AssignAdd": 20.0, "Adam": 50.0}, wall_ms=0.9)}
         >>> print(format_profile(dict(net="tiny", batch=4, accumulate=2, optimizer="adam", calls=calls)))
-        tiny, B=4, N=2, adam: per micro-step, kernels and compute ms
-        kernel                plain                micro                window
-        Adam                    6   0.300                                 3   0.150
-        AssignAdd                                    1   0.100            1   0.100
-        all kernels             6   0.300            1   0.100            4   0.250
-        wall ms                     1.000                0.600                0.900
+        tiny, B=4, N=2, adam: per micro-step, kernels, their compute ms and mean launch gap us
+        kernel               plain                micro                window
+        Adam                     6   0.300    40                           3   0.150    50
+        AssignAdd                                 1   0.100    20          1   0.100    20
+        all kernels              6   0.300                     1   0.100               4   0.250
+        wall ms                      1.000                         0.600                   0.900
     """
     calls = result["calls"]
     names = sorted({op for name in CALLS for op in calls[name]["ops"]},
                    key=lambda op: -max(calls[name]["ops"].get(op, (0, 0))[1] for name in CALLS))
     lines = [f"{result['net']}, B={result['batch']}, N={result['accumulate']}, {result['optimizer']}: "
-             "per micro-step, kernels and compute ms",
+             "per micro-step, kernels, their compute ms and mean launch gap us",
              f"{'kernel':20} " + " ".join(f"{name:20}" for name in CALLS).rstrip()]
-
-    def cell(kernels, compute):
-        return f"{kernels:5.0f} {compute:7.3f}      "
-
     for op in names:
-        cells = [cell(*calls[name]["ops"][op]) if op in calls[name]["ops"] else " " * 20 for name in CALLS]
+        cells = []
+        for name in CALLS:
+            if op in calls[name]["ops"]:
+                kernels, compute = calls[name]["ops"][op]
+                gap = calls[name]["gap_us"].get(op)
+                cells.append(f"{kernels:5.0f} {compute:7.3f} " + (f"{gap:5.0f}" if gap is not None else " " * 5))
+            else:
+                cells.append(" " * 19)
         lines.append(f"{op:20} " + " ".join(cells).rstrip())
-    totals = [cell(sum(k for k, _ in calls[name]["ops"].values()), sum(m for _, m in calls[name]["ops"].values()))
-              for name in CALLS]
+    totals = [f"{sum(k for k, _ in calls[name]['ops'].values()):5.0f} "
+              f"{sum(m for _, m in calls[name]['ops'].values()):7.3f}      " for name in CALLS]
     lines.append(f"{'all kernels':20} " + " ".join(totals).rstrip())
     lines.append(f"{'wall ms':20} " + " ".join(f"{'':5} {calls[name]['wall_ms']:7.3f}      " for name in CALLS).rstrip())
     return "\n".join(lines)

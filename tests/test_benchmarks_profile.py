@@ -25,6 +25,8 @@ def test_profile_flag_reads_the_optimizer_in_the_plain_step_and_the_window_only(
     # The micro-step adds its gradients into the window's buffers; the plain step keeps none.
     assert "AssignAdd" in calls["micro"]["ops"] and calls["micro"]["ops"]["MatMul"][0] == calls["plain"]["ops"]["MatMul"][0]
     assert all(call["wall_ms"] > 0 for call in calls.values())
+    # Every kernel but a call's first has a launch gap before it.
+    assert set(calls["plain"]["gap_us"]) == set(calls["plain"]["ops"]) and calls["plain"]["gap_us"]["Adam"] > 0
     assert "wall ms" in done.stdout
 
 
@@ -34,8 +36,8 @@ def test_a_folder_without_the_profilers_table_is_named(tmp_path):
 
 
 def test_the_table_orders_kernels_by_their_largest_compute_time():
-    calls = {"plain": dict(ops={"Adam": (6.0, 0.3), "MatMul": (4.0, 0.9)}, wall_ms=2.0),
-             "micro": dict(ops={"MatMul": (4.0, 0.9), "AssignAdd": (1.0, 0.1)}, wall_ms=1.5),
-             "window": dict(ops={"MatMul": (4.0, 0.9)}, wall_ms=1.7)}
+    calls = {"plain": dict(ops={"Adam": (6.0, 0.3), "MatMul": (4.0, 0.9)}, gap_us={}, wall_ms=2.0),
+             "micro": dict(ops={"MatMul": (4.0, 0.9), "AssignAdd": (1.0, 0.1)}, gap_us={}, wall_ms=1.5),
+             "window": dict(ops={"MatMul": (4.0, 0.9)}, gap_us={}, wall_ms=1.7)}
     lines = format_profile(dict(net="n", batch=1, accumulate=2, optimizer="adam", calls=calls)).splitlines()
     assert [line.split()[0] for line in lines[2:5]] == ["MatMul", "Adam", "AssignAdd"]
