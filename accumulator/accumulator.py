@@ -323,7 +323,7 @@ class Accumulator:
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self._skips = bool(self.skip_nonfinite) or spike_factor is not None
-        self._apply = None  # step()'s compiled flush, made on its first window
+        self._apply = None  # step()'s compiled flush (an _ApplyWindow), made on first use
         self.members = []
 
     def attach(self, member):
@@ -437,7 +437,7 @@ class Accumulator:
                 self._sample_noise(flats, count, kept)
         return position
 
-    def step(self):
+    def step(self, flush=False):
         """Applies the window when it is full; call it on the host after each micro-step's ``accumulate``.
 
         The fastest way to drive the accumulator: the jitted micro-step adds
@@ -447,7 +447,10 @@ class Accumulator:
         in the micro-step graph costs every call, more with every tensor
         that crosses it (docs/mindspore-behaviours.md). The position is read
         from the accumulator's state, so a restored checkpoint resumes
-        exactly. Returns True when the optimizer ran.
+        exactly. ``flush=True`` applies a window that is not full (an
+        epoch's last micro-batches) by the same compiled call, as
+        ``flush()`` would. Returns True when the optimizer ran.
+        ``compile_step()`` compiles that call ahead of the first window.
 
         Example:
             >>> import numpy as np
@@ -474,11 +477,34 @@ class Accumulator:
         """
         # A Python int per call: a fixed N is known here, only a schedule's is read back.
         size = self.schedule.fixed_step
-        if int(self.micro_step) < (int(self.accumulate_step) if size is None else size):
+        position = int(self.micro_step)
+        if position < (int(self.accumulate_step) if size is None else size) and not (flush and position):
             return False
+        return bool(self._apply_window()())
+
+    def compile_step(self):
+        """Compiles the call ``step()`` applies windows with, without running it.
+
+        Call it before training, so that the first full window does not wait
+        for the compile. Weights and state are left as they are. Graph mode
+        only: in PyNative mode MindSpore 2.10 keeps no graph compiled this way
+        for the call to reuse (docs/mindspore-behaviours.md), so it does
+        nothing and the first window compiles.
+
+        Example:
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+            >>> accumulator.compile_step()
+            >>> int(accumulator.update_count), int(accumulator.micro_step)
+            (0, 0)
+        """
+        if ms.get_context("mode") == ms.GRAPH_MODE:
+            self._apply_window().compile()
+
+    def _apply_window(self):
         if self._apply is None:
-            self._apply = ms.jit(self.flush)
-        return bool(self._apply())
+            self._apply = _ApplyWindow(self)
+        return self._apply
 
     def _count_one(self, count, kept):
         # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md).
@@ -805,3 +831,15 @@ class Accumulator:
             if list(grad.shape) != shape:
                 raise ValueError(f"grads[{index}] has shape {list(grad.shape)}, expected {shape} "
                                  f"like the optimizer's parameter: {hint}")
+
+
+class _ApplyWindow(nn.Cell):
+    """``accumulator.flush()`` as a Cell: a Cell can be compiled without running (``Cell.compile``), a jitted function cannot."""
+
+    def __init__(self, accumulator):
+        super().__init__(auto_prefix=False)
+        self.accumulator = accumulator
+
+    @ms.jit  # compiled in PyNative mode too, as a window applied op by op would gain nothing
+    def construct(self):
+        return self.accumulator.flush()

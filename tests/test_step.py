@@ -123,3 +123,33 @@ def test_a_schedule_changes_n_between_windows():
     updates = [step(*batch) for batch in split(x, y, [4] * 6)]
     assert updates == [False, True, False, False, False, True]
     assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x[:8], y[:8]), (x[8:], y[8:])]))
+
+
+def test_compile_step_compiles_ahead_and_changes_nothing():
+    x, y = make_data(16)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    before = optimizer_state(optimizer)
+    accumulator.compile_step()
+    assert_states_close(optimizer_state(optimizer), before, rtol=0, atol=0)
+    assert int(accumulator.micro_step) == 0 and int(accumulator.update_count) == 0
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    for batch in split(x, y, [4] * 4):
+        step(*batch)
+    assert int(accumulator.update_count) == 1
+    assert_states_close(optimizer_state(optimizer), reference_state("adam", [(x, y)]))
+
+
+def test_step_with_flush_applies_a_partial_window_normalised_by_what_it_holds():
+    x, y = make_data(14)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
+    for xb, yb in split(x, y, [6, 5, 3]):    # 3 of 4 micro-batches: not full
+        assert step(xb, yb, Tensor(float(xb.shape[0]), ms.float32)) is False
+    assert accumulator.step(flush=True) is True
+    assert accumulator.step(flush=True) is False    # an empty window: nothing to apply, nothing run
+    assert int(accumulator.update_count) == 1 and int(accumulator.micro_step) == 0
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))
