@@ -20,9 +20,11 @@ Examples:
     python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
     python scripts/benchmark.py --profile --nets deep48 --optimizer adam -B 16 -N 4   # kernels inside the steps
     python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step and PyTorch
+    python scripts/benchmark.py --compile-times       # train_lm.py's compiles and first epoch, about 3 minutes
 """
 import argparse
 import os
+import shlex
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +88,12 @@ def parse_args(argv=None):
                         help="with --end-to-end: epochs per worker, the first (compile) reported apart")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="with --end-to-end: MNIST's train/ and test/ (default: train_mnist.py's --synthetic set)")
+    parser.add_argument("--compile-times", action="store_true",
+                        help="time train_lm.py --synthetic's compiled graphs, first call against a later one, and "
+                             "its first two epochs: their slowest windows and last window, then stop")
+    parser.add_argument("--lm-flags", default="", type=shlex.split, metavar="FLAGS",
+                        help="with --compile-times: train_lm.py's flags as one argument, "
+                             "e.g. --lm-flags='--width 16 --depth 1' (default: its defaults)")
     parser.add_argument("--paired", action="store_true",
                         help="time the --contenders (graph mode, blocking runtime) in one process per net, "
                              "block by block in turn, each against the first: for ratios within a few percent")
@@ -105,6 +113,11 @@ def parse_args(argv=None):
     if args.quick:
         args.modes, args.repeats, args.seconds, args.blocks, args.sweep = ["graph"], 1, 0.5, 3, [1, 8]
         args.epochs = min(args.epochs, 3)
+    if args.compile_times:
+        from benchmarks.compile_times import check_lm_flags
+        refused = check_lm_flags(args.lm_flags)
+        if refused:
+            parser.error(f"argument --lm-flags: {shlex.join(args.lm_flags)!r}: {refused}")
     if args.end_to_end and args.epochs < 2:
         parser.error("argument --epochs: --end-to-end needs 2 or more (the first compiles and is reported apart)")
     return args
@@ -127,6 +140,9 @@ def main(argv=None):
         from benchmarks.profile import report_profile
         return report_profile(args.nets, args.batch, args.accumulate, args.optimizer, device_target=args.device_target,
                               timeout=args.timeout, json_path=args.json)
+    if args.compile_times:
+        from benchmarks.compile_times import report_compile_times
+        return report_compile_times(args.lm_flags, args.timeout, args.json)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,

@@ -39,6 +39,8 @@ def run_script(*flags, cwd=None, timeout=60):
     (("--sweep", "4,x"), ("--sweep", "'x'", "whole number")),
     (("--device-target", "TPU"), ("--device-target", "'TPU'", "'CPU', 'GPU', 'Ascend'")),
     (("--paired", "--contenders", "accumulator"), ("--paired", "two or more")),
+    (("--compile-times", "--lm-flags", "--width 0"), ("--lm-flags", "'--width 0'", "--width", "positive integer")),
+    (("--compile-times", "--lm-flags=--window-step"), ("--lm-flags", "'--window-step'", "graph mode")),
 ], fast=3))
 def test_a_bad_value_exits_2_naming_the_flag_and_the_valid_values(flags, named):
     done = run_script(*flags, "--quick", timeout=30)
