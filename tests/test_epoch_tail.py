@@ -15,7 +15,7 @@ def _trained(data_dir, window_step, compiled_tail):
     task = mnist_task(data_dir)
     run = build_run(config, task)
     if compiled_tail:  # the reference: every shape through a compiled graph
-        run.eager_step, run.eager_flush = run.train_step, run.flush
+        run.eager_step = run.train_step
     stats = [train_epoch(run, task, config, epoch, progress=False) for epoch in (1, 2)]
     assert ms.get_context("mode") == ms.GRAPH_MODE  # put back after the op-by-op tail
     return stats, run

@@ -5,6 +5,7 @@ are its parts, for callers that drive their own loop. What is trained comes
 from a ``training.task.Task``; checkpoints and records have their own modules.
 """
 import contextlib
+import functools
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -36,13 +37,14 @@ class Run:
     and updates the weights when its window is full: in graph mode the
     compiled ``micro_step`` (``MicroStep``) adds, and the host applies full
     windows with ``Accumulator.step()``;
-    ``flush() -> bool`` applies a partial window; ``eval_step(inputs,
+    ``flush() -> bool`` applies a partial window (in graph mode by
+    ``step(flush=True)``, the full windows' compiled call); ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
     counts) -> (summed loss, updated)`` is set when the config asks for it;
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
-    gradient, uncompiled (for ``check_equivalence``); ``eager_step`` and
-    ``eager_flush`` are ``train_step`` and ``flush`` uncompiled, for
-    shapes an epoch meets once (see ``train_on_windows``); ``lr_scheduler``
+    gradient, uncompiled (for ``check_equivalence``); ``eager_step`` is
+    ``train_step`` uncompiled, for shapes an epoch meets once (see
+    ``train_on_windows``); ``lr_scheduler``
     is an ``experimental.optim`` optimizer's schedule, stepped once per
     update (``training.optimizers.make_lr_scheduler``), or None.
 
@@ -62,7 +64,6 @@ class Run:
     grad_fn: Callable
     window_step: Optional[Callable] = None
     eager_step: Optional[Callable] = None
-    eager_flush: Optional[Callable] = None
     lr_scheduler: Optional[object] = None
     micro_step: Optional[nn.Cell] = None
 
@@ -158,12 +159,12 @@ def build_run(config, task):
     window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
     if config.mode != "graph":
         return Run(net, optimizer, accumulator, train_step, flush, eval_step, grad_fn, window_step,
-                   eager_step=train_step, eager_flush=flush, lr_scheduler=lr_scheduler)
+                   eager_step=train_step, lr_scheduler=lr_scheduler)
     micro_step = MicroStep(grad_fn, accumulator)
     # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
     return Run(net, optimizer, accumulator, finishing(_applied_on_the_host(micro_step, accumulator)),
-               finishing(ms.jit(flush)), finishing(ms.jit(eval_step)), grad_fn, window_step, eager_step=train_step,
-               eager_flush=flush, lr_scheduler=lr_scheduler, micro_step=micro_step)
+               finishing(functools.partial(accumulator.step, flush=True)), finishing(ms.jit(eval_step)), grad_fn,
+               window_step, eager_step=train_step, lr_scheduler=lr_scheduler, micro_step=micro_step)
 
 
 def _last(accumulator):
@@ -189,13 +190,14 @@ def _applied_on_the_host(micro_step, accumulator):
 
 
 def compile_train_step(run, task, config, epoch):
-    """Compiles ``run.micro_step`` for epoch ``epoch``'s micro-batches without running it; returns the seconds taken.
+    """Compiles ``run.micro_step`` for epoch ``epoch``'s micro-batches, and ``Accumulator.step()``'s window update, without running them; returns the seconds taken.
 
     The weights, the accumulator's buffers and counters stay as they were:
-    the graph is compiled (``Cell.compile``), not run on data. Returns None
-    where nothing compiles ahead: PyNative mode, ``window_step``, or a first
-    micro-batch shorter than ``batch_size`` (it runs op by op). The first
-    full window's flush (``Accumulator.step()``) still compiles when it comes.
+    the graphs are compiled (``Cell.compile``, ``Accumulator.compile_step``),
+    not run on data. Returns None in PyNative mode, where nothing compiles
+    ahead. With ``window_step`` (which compiles its own loop) or a first
+    micro-batch shorter than ``batch_size`` (it runs op by op) only the
+    window update compiles ahead.
 
     Example:
         >>> from training.config import TrainConfig
@@ -204,15 +206,15 @@ def compile_train_step(run, task, config, epoch):
         >>> compile_train_step(run, toy_task(), TrainConfig(batch_size=4), epoch=1) > 0, int(run.accumulator.micro_step)
         (True, 0)
     """
-    if run.micro_step is None or run.window_step is not None:
-        return None
-    inputs, labels = next(iter(_epoch_windows(config, task, epoch)))[0]
-    if labels.shape[0] != config.batch_size:
+    if run.micro_step is None:
         return None
     started = time.perf_counter()
-    count = ms.Tensor(task.count(labels), ms.float32)
     with deferred():
-        run.micro_step.compile(inputs, labels, count, _last(run.accumulator))
+        run.accumulator.compile_step()
+        inputs, labels = next(iter(_epoch_windows(config, task, epoch)))[0]
+        if run.window_step is None and labels.shape[0] == config.batch_size:
+            count = ms.Tensor(task.count(labels), ms.float32)
+            run.micro_step.compile(inputs, labels, count, _last(run.accumulator))
     return time.perf_counter() - started
 
 
@@ -238,10 +240,11 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch. What an epoch meets once, its short last
     micro-batch or short last window, runs op by op (``eager_step``, in
-    PyNative mode), and so does the flush of a partial last window: each new
-    shape would compile a graph (0.4-1.7 s on a 2-core CPU) for one call an
-    epoch, where op by op takes a few milliseconds. The arithmetic is the
-    same either way. Losses are added on the host: adding Tensors would run
+    PyNative mode): each new shape would compile a graph (0.4-1.7 s on a
+    2-core CPU) for one call an epoch, where op by op takes a few
+    milliseconds. A partial last window is applied by ``run.flush``: in
+    graph mode the compiled call that applies full windows, which takes no
+    input and so no new shape. The arithmetic is the same either way. Losses are added on the host: adding Tensors would run
     a MindSpore op per micro-batch outside the compiled step.
 
     Example:
@@ -261,8 +264,7 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     # Only a partial last window needs the flush: an empty one would not change a thing.
     # Ranks hold equally many micro-batches: all agree.
     if int(run.accumulator.micro_step):
-        with _op_by_op():
-            run.eager_flush()
+        run.flush()
         _follow_updates(run)
 
 
