@@ -65,6 +65,8 @@ def check_lm_flags(lm_flags):
 def epoch_windows(config, task, epoch):
     """Epoch ``epoch``'s windows as a single-process tool run reads them (``Task.train_windows``).
 
+    What ``training.loop`` reads for itself, which it keeps private.
+
     Example:
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
