@@ -62,21 +62,6 @@ def check_lm_flags(lm_flags):
     return None
 
 
-def epoch_windows(config, task, epoch):
-    """Epoch ``epoch``'s windows as a single-process tool run reads them (``Task.train_windows``).
-
-    What ``training.loop`` reads for itself, which it keeps private.
-
-    Example:
-        >>> from training.config import TrainConfig
-        >>> from training.task import toy_task
-        >>> [len(window) for window in epoch_windows(TrainConfig(batch_size=3, accumulate_step=2), toy_task(), 1)]
-        [2, 1]
-    """
-    return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle, seed=config.seed + epoch,
-                              drop_remainder=config.drop_last, num_shards=None, shard_id=None)
-
-
 def timed(call):
     """The seconds ``call()`` takes, its kernels finished.
 
@@ -100,7 +85,7 @@ def measure_graphs(config, task, run):
         {'micro_step': [3.1, 0.05], 'window_update': [2.4, 0.01], 'validation': [2.2, 0.04]}
     """
     import mindspore as ms
-    from training.loop import evaluate
+    from training.loop import epoch_windows, evaluate
     window = next(iter(epoch_windows(config, task, 1)))
     micro, update = [], []
     for _ in range(2):
@@ -121,7 +106,7 @@ def measure_epochs(config, task, run, epochs=2):
         >>> result["compile_s"] > 0, len(result["epochs"]), len(result["epochs"][0]["windows"])  # doctest: +SKIP
         (True, 2, 25)
     """
-    from training.loop import compile_train_step, evaluate, train_on_windows
+    from training.loop import compile_train_step, epoch_windows, evaluate, train_on_windows
     result = dict(compile_s=compile_train_step(run, task, config, 1), epochs=[])
     for epoch in range(1, epochs + 1):
         windows, last = [], time.perf_counter()

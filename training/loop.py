@@ -211,7 +211,7 @@ def compile_train_step(run, task, config, epoch):
     started = time.perf_counter()
     with deferred():
         run.accumulator.compile_step()
-        inputs, labels = next(iter(_epoch_windows(config, task, epoch)))[0]
+        inputs, labels = next(iter(epoch_windows(config, task, epoch)))[0]
         if run.window_step is None and labels.shape[0] == config.batch_size:
             count = ms.Tensor(task.count(labels), ms.float32)
             run.micro_step.compile(inputs, labels, count, _last(run.accumulator))
@@ -310,7 +310,7 @@ def train_epoch(run, task, config, epoch, progress=True):
         >>> stats["samples"], stats["train_loss"] > 0
         (8, True)
     """
-    windows = _epoch_windows(config, task, epoch)
+    windows = epoch_windows(config, task, epoch)
     n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
@@ -332,8 +332,17 @@ def train_epoch(run, task, config, epoch, progress=True):
             "counted": counted * config.ranks, "seconds": seconds}
 
 
-def _epoch_windows(config, task, epoch):
-    """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply)."""
+def epoch_windows(config, task, epoch):
+    """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply).
+
+    Seeded by ``config.seed + epoch``; under ``distributed``, this rank's shard.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> [len(window) for window in epoch_windows(TrainConfig(batch_size=3, accumulate_step=2), toy_task(), 1)]
+        [2, 1]
+    """
     shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
         else dict(num_shards=None, shard_id=None)
     return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle,
@@ -350,7 +359,7 @@ def check(run, task, config):
         >>> check(build_run(config, toy_task()), toy_task(), config).equivalent
         True
     """
-    window = next(iter(_epoch_windows(config, task, 1)))
+    window = next(iter(epoch_windows(config, task, 1)))
     counts = [task.count(labels) for _, labels in window]
     return check_equivalence(run.grad_fn, [tuple(batch) for batch in window], run.accumulator, counts=counts,
                              network=run.net)
