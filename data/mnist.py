@@ -261,19 +261,21 @@ class Window(list):
     28, 28], labels [k, b])`` pair of Tensors sharing their memory, when
     all ``k`` hold the same ``b`` samples, else None: what a window step takes as
     it is (``window_step(*window.stacked)``), instead of stacking the
-    list again with a MindSpore op per column.
+    list again with a MindSpore op per column. ``samples``: how many of
+    its rows hold a sample, all of them unless given (padding rows hold none).
 
     Example:
         >>> import numpy as np
         >>> x, y = ms.Tensor(np.zeros((2, 3), np.float32)), ms.Tensor(np.zeros(2, np.int32))
         >>> window = Window([(x, y)])
-        >>> len(window), window.stacked is None
-        (1, True)
+        >>> len(window), window.stacked is None, window.samples
+        (1, True, 2)
     """
 
-    def __init__(self, micro_batches, stacked=None):
+    def __init__(self, micro_batches, stacked=None, samples=None):
         super().__init__(micro_batches)
         self.stacked = stacked
+        self.samples = sum(labels.shape[0] for _, labels in micro_batches) if samples is None else samples
 
 
 def _tensor_windows(images, labels, order, batch_size, accumulate_step):

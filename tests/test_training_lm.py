@@ -81,6 +81,17 @@ def test_an_epoch_of_varied_lengths_takes_one_shape_so_the_step_compiles_once():
     assert shapes == {(4, MAX_LENGTH)}
 
 
+def test_an_epoch_counts_its_samples_not_the_padding_rows_of_its_last_micro_batch(corpus):
+    samples = [encode("to be or not\n")] * 11       # 11 = 2 windows of 4 x 2 rows, less 5
+    windows = list(lm_windows(samples, 2, 2, shuffle=False, seed=0, drop_remainder=False, num_shards=None,
+                              shard_id=None, length=16))
+    assert [len(window) * 2 for window in windows] == [4, 4, 4] and sum(w.samples for w in windows) == 11
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    task = lm_task(corpus, **TINY)
+    run = build_run(TrainConfig(mode="pynative", batch_size=2, accumulate_step=2), task)
+    assert sum(samples for _, _, samples in train_on_windows(run, windows, 2, 2, task.count)) == 11
+
+
 def test_a_sample_is_seeded_and_starts_with_the_prompt(corpus):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net = build_run(TrainConfig(mode="pynative"), lm_task(corpus, **TINY)).net

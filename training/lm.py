@@ -155,8 +155,9 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     ordered = [samples[i] for i in order]
     for inputs, targets, _ in window_batches(ordered, batch_size, accumulate_step, multiple=length):
+        # A short last micro-batch's all-PAD rows are no samples.
         yield Window([(ms.Tensor(x), ms.Tensor(y)) for x, y in zip(inputs, targets)],
-                     (ms.Tensor(inputs), ms.Tensor(targets)))
+                     (ms.Tensor(inputs), ms.Tensor(targets)), samples=int((targets != PAD).any(axis=-1).sum()))
 
 
 def lm_batches(samples, batch_size, length):

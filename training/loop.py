@@ -260,7 +260,9 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
         counts = [count(labels) for _, labels in window]
         loss_sum = _train_window(run, window, batch_size, accumulate_step, counts)
         _follow_updates(run)
-        yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window)
+        # A Window knows its samples (a padded one holds rows that are none); a plain list has one per row.
+        samples = getattr(window, "samples", None)
+        yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window) if samples is None else samples
     # Only a partial last window needs the flush: an empty one would not change a thing.
     # Ranks hold equally many micro-batches: all agree.
     if int(run.accumulator.micro_step):
