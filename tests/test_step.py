@@ -45,15 +45,24 @@ def test_step_equals_the_large_batch_and_applies_every_n_micro_steps():
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-def test_uneven_counts_weigh_each_sample_once():
+def uneven_micro_batches(accumulate_step):
+    """Micro-batches of 6, 5 and 3 samples, with their counts, through the recommended step and plain SGD.
+
+    Returns the optimizer, the accumulator, what each ``step()`` returned and the data.
+    """
     x, y = make_data(14)
     net = make_net()
     optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 3)
+    accumulator = Accumulator(optimizer, accumulate_step)
     step = host_applied(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
-    for xb, yb in split(x, y, [6, 5, 3]):
-        step(xb, yb, Tensor(float(xb.shape[0]), ms.float32))
-    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))
+    updates = [step(xb, yb, Tensor(float(xb.shape[0]), ms.float32)) for xb, yb in split(x, y, [6, 5, 3])]
+    return optimizer, accumulator, updates, (x, y)
+
+
+def test_uneven_counts_weigh_each_sample_once():
+    optimizer, _, updates, data = uneven_micro_batches(3)
+    assert updates == [False, False, True]
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [data]))
 
 
 def test_a_nonfinite_window_is_skipped_as_by_the_in_graph_call():
@@ -142,14 +151,9 @@ def test_compile_step_compiles_ahead_and_changes_nothing():
 
 
 def test_step_with_flush_applies_a_partial_window_normalised_by_what_it_holds():
-    x, y = make_data(14)
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 4)
-    step = host_applied(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
-    for xb, yb in split(x, y, [6, 5, 3]):    # 3 of 4 micro-batches: not full
-        assert step(xb, yb, Tensor(float(xb.shape[0]), ms.float32)) is False
+    optimizer, accumulator, updates, data = uneven_micro_batches(4)
+    assert updates == [False, False, False]    # 3 of 4 micro-batches: not full
     assert accumulator.step(flush=True) is True
     assert accumulator.step(flush=True) is False    # an empty window: nothing to apply, nothing run
     assert int(accumulator.update_count) == 1 and int(accumulator.micro_step) == 0
-    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [data]))
