@@ -157,7 +157,7 @@ def _packed_into_buckets(accumulator, saved):
 
     Until 2026-11-25 the window's sum was one buffer per parameter, saved as
     ``accumulator.<parameter name>``; a bucket holding several parameters is
-    saved as one flat entry now (``accumulator.buckets``). Where a bucket's
+    saved as one flat entry now (``accumulator.<first>..<last>``). Where a bucket's
     entry is missing and every one of its parameters' old entries is there,
     of its parameter's shape, they are joined into it, in the bucket's order.
     """
