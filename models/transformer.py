@@ -2,10 +2,15 @@
 
 Token and position embeddings, pre-LayerNorm blocks (causal self-attention
 that ignores PAD keys, then an MLP), a final LayerNorm and an output layer
-tied to the input embedding. ``TokenLoss`` returns the summed cross-entropy
+tied to the input embedding. Given document ids (rows packed by
+``data.packing``) attention stays within each document and positions
+restart at each (``document_mask``, ``document_positions``), so a packed
+row computes what its documents compute one by one. ``TokenLoss`` returns the summed cross-entropy
 over non-PAD targets and their count: what ``Accumulator(..., reduction="mean")``
 takes as ``accumulator(grads, count)`` to equal the large batch exactly.
 """
+import math
+
 import mindspore as ms
 from mindspore import mint, nn, ops
 
@@ -15,8 +20,74 @@ from accumulator.checks import non_negative_int, positive_int
 MASKED_SCORE = -1e9
 
 
+def causal_mask(keep):
+    """Which keys each query attends to, ``[B, T, T]`` bool: those at or before it that ``keep`` ``[B, T]`` holds.
+
+    Example:
+        >>> causal_mask(ms.Tensor([[True, True, False]])).astype(ms.int32).asnumpy().tolist()
+        [[[1, 0, 0], [1, 1, 0], [1, 1, 0]]]
+    """
+    positions = ops.cumsum(ops.ones_like(keep[0]).astype(ms.int32), 0)
+    causal = positions.expand_dims(0) <= positions.expand_dims(1)          # [query, key]
+    return ops.logical_and(causal.expand_dims(0), keep.expand_dims(1))     # [batch, query, key]
+
+
+def document_mask(documents):
+    """The block-diagonal causal mask of packed rows, ``[B, T, T]`` bool, from document ids ``[B, T]``.
+
+    A query attends to the keys at or before it in its own document; id 0
+    (``data.packing.NO_DOCUMENT``, a row's padding) is no document, and no
+    query attends to it. Pass the ids as a Tensor: a new tuple would be a
+    new compiled graph.
+
+    Example:
+        >>> mask = document_mask(ms.Tensor([[1, 1, 2, 0]], ms.int32))
+        >>> mask.astype(ms.int32).asnumpy()[0].tolist()
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0]]
+    """
+    same = documents.expand_dims(2) == documents.expand_dims(1)            # [batch, query, key]
+    return ops.logical_and(causal_mask(documents != 0), same)
+
+
+def document_positions(mask):
+    """Each token's position within its document, ``[B, T]`` int32, from ``document_mask``'s mask (0 at padding).
+
+    Example:
+        >>> document_positions(document_mask(ms.Tensor([[1, 1, 2, 2, 2, 0]], ms.int32))).asnumpy().tolist()
+        [[0, 1, 0, 1, 2, 0]]
+    """
+    return ops.maximum(mask.astype(ms.int32).sum(-1) - 1, 0)
+
+
+class TanhGELU(nn.Cell):
+    """GELU's tanh form, ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, as ``nn.GELU()`` computes it, in float32.
+
+    Composed of elementwise ops: MindSpore 2.10's CPU GeLU kernel and its
+    gradient took 7x as long (docs/language-model-tool.md, Speed). Float32
+    whatever the compute dtype, so that ``x^3`` cannot overflow float16.
+
+    Example:
+        >>> import numpy as np
+        >>> x = ms.Tensor(np.linspace(-4, 4, 9, dtype=np.float32))
+        >>> bool(np.allclose(TanhGELU()(x).asnumpy(), nn.GELU()(x).asnumpy(), atol=1e-3))
+        True
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.slope = math.sqrt(2.0 / math.pi)
+
+    def construct(self, x):
+        y = x.astype(ms.float32)
+        return (0.5 * y * (1.0 + ops.tanh(self.slope * (y + 0.044715 * y * y * y)))).astype(x.dtype)
+
+
 class Attention(nn.Cell):
     """Multi-head causal self-attention; keys at PAD positions get no weight.
+
+    ``keep`` is ``[B, T]``, the keys that are not padding (attention is
+    causal among them), or ``[B, T, T]``, which keys each query attends to
+    (``document_mask`` for packed rows).
 
     Example:
         >>> import numpy as np
@@ -37,17 +108,20 @@ class Attention(nn.Cell):
         self.dropout = nn.Dropout(p=dropout)
         # An attribute, not the module constant: amp O1 recompiles construct without this module's globals.
         self.masked_score = MASKED_SCORE
+        # Split, not qkv[0], qkv[1], qkv[2]: CPU StridedSlice and its gradient took 4x as long.
+        self.split = ops.Split(2, 3)
 
     def construct(self, x, keep):
         batch, length, width = x.shape
-        qkv = self.qkv(x).reshape(batch, length, 3, self.heads, width // self.heads).transpose(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]
+        head = width // self.heads
+        q, k, v = self.split(self.qkv(x).reshape(batch, length, 3, self.heads, head))
+        q = q.reshape(batch, length, self.heads, head).transpose(0, 2, 1, 3)
+        k = k.reshape(batch, length, self.heads, head).transpose(0, 2, 1, 3)
+        v = v.reshape(batch, length, self.heads, head).transpose(0, 2, 1, 3)
         # Scores and softmax in float32 whatever the compute dtype (amp O2):
         # a float16 -1e9 is -inf, and an all-masked row would be NaN.
         scores = ops.matmul(q, k.swapaxes(-1, -2)).astype(ms.float32) * self.scale
-        positions = ops.cumsum(ops.ones_like(keep[0]).astype(ms.int32), 0)
-        causal = positions.expand_dims(0) <= positions.expand_dims(1)          # [query, key]
-        allowed = ops.logical_and(causal.expand_dims(0), keep.expand_dims(1))  # [batch, query, key]
+        allowed = causal_mask(keep) if keep.ndim == 2 else keep
         scores = ops.where(allowed.expand_dims(1), scores, self.masked_score)
         weights = self.dropout(ops.softmax(scores, -1)).astype(v.dtype)
         mixed = ops.matmul(weights, v).transpose(0, 2, 1, 3).reshape(batch, length, width)
@@ -69,7 +143,7 @@ class Block(nn.Cell):
         self.attention_norm = nn.LayerNorm((width,))
         self.attention = Attention(width, heads, dropout)
         self.mlp_norm = nn.LayerNorm((width,))
-        self.mlp = nn.SequentialCell(nn.Dense(width, 4 * width), nn.GELU(), nn.Dense(4 * width, width))
+        self.mlp = nn.SequentialCell(nn.Dense(width, 4 * width), TanhGELU(), nn.Dense(4 * width, width))
         self.dropout = nn.Dropout(p=dropout)
 
     def construct(self, x, keep):
@@ -84,6 +158,13 @@ class CausalLM(nn.Cell):
     twice), so its gradient is the sum of both uses. ``pad_id`` keys are
     ignored by attention, so a sequence's logits do not depend on the padding
     after it.
+
+    Packed rows (``data.packing.pack_rows``) come with their document ids:
+    ``net(tokens, documents)``, both ``[B, T]``, or ``net(inputs)`` with
+    ``inputs`` ``[B, 2, T]`` (tokens, then ids: one Tensor, as a step that
+    takes ``(inputs, targets)`` passes it). Attention then stays within each
+    document (``document_mask``) and positions restart at each
+    (``document_positions``): every document's logits are those it has alone.
 
     Args:
         vocab_size: number of token ids (``pad_id`` included).
@@ -101,6 +182,10 @@ class CausalLM(nn.Cell):
         (2, 5, 100)
         >>> len(net.trainable_params())          # the tied table counts once
         28
+        >>> packed = ms.Tensor([[[5, 6, 7, 8, 0], [1, 1, 2, 2, 0]]], ms.int32)   # two documents, then padding
+        >>> alone = net(ms.Tensor([[7, 8]], ms.int32))
+        >>> bool(np.allclose(net(packed)[0, 2:4].asnumpy(), alone[0].asnumpy(), atol=1e-5))
+        True
     """
 
     def __init__(self, vocab_size, width=64, depth=2, heads=4, max_length=256, dropout=0.0, pad_id=0):
@@ -118,9 +203,16 @@ class CausalLM(nn.Cell):
         self.norm = nn.LayerNorm((width,))
         self.dropout = nn.Dropout(p=dropout)
 
-    def construct(self, tokens):
-        keep = tokens != self.pad_id
-        positions = ops.cumsum(ops.ones_like(tokens[0]), 0) - 1
+    def construct(self, tokens, documents=None):
+        if documents is None and tokens.ndim == 3:  # packed rows as one Tensor: tokens, then document ids
+            documents = tokens[:, 1]
+            tokens = tokens[:, 0]
+        if documents is None:
+            keep = tokens != self.pad_id
+            positions = ops.cumsum(ops.ones_like(tokens[0]), 0) - 1
+        else:
+            keep = document_mask(documents)   # [B, T, T], once for every block
+            positions = document_positions(keep)
         x = self.dropout(self.embedding(tokens) + self.position(positions))
         for block in self.blocks:
             x = block(x, keep)

@@ -13,11 +13,12 @@ Examples:
     python scripts/train_lm.py --synthetic              # offline, a learnable generated text
     python scripts/train_lm.py --ckpt-dir runs/lm --epochs 10 --resume
     python scripts/train_lm.py --synthetic --loss micro-batch-mean   # the naive mean of micro-batch means
+    python scripts/train_lm.py --synthetic --no-packing # one sample per row, padded: about half the rows padding
 
 From Python (the tests import it as ``scripts.train_lm``):
     >>> config, flags = parse_args(["--synthetic", "--accumulate-step", "8"])
-    >>> config.batch_description(), flags["loss"]
-    ('8 x 8 = effective 64', 'token-sum')
+    >>> config.batch_description(), flags["loss"], flags["packing"]
+    ('8 x 8 = effective 64', 'token-sum', True)
 """
 import os
 import sys
@@ -44,9 +45,10 @@ from training.loop import train  # noqa: E402
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
 DEFAULTS = dict(batch_size=8, accumulate_step=4, epochs=3, lr=1e-2, optimizer="adamw")
 # The flags that are not TrainConfig fields: the data, the model and the loss.
-TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "loss", "sample_tokens")
+TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "packing", "loss",
+              "sample_tokens")
 # Those that change the samples, the network or the arithmetic: a resumed run must repeat them.
-RUN_FLAGS = ("width", "depth", "heads", "max_length", "loss")
+RUN_FLAGS = ("width", "depth", "heads", "max_length", "packing", "loss")
 
 
 def build_parser():
@@ -70,8 +72,13 @@ def build_parser():
     # Hidden: a mirror of the corpus, and the tests' way to simulate being offline.
     data.add_argument("--text-url", default=None, help=argparse.SUPPRESS)
     data.add_argument("--max-length", type=int_at_least(2, "an integer of at least 2"), default=MAX_LENGTH, metavar="N",
-                      help="tokens (bytes) per sample at most; samples end at paragraph or line ends "
-                           "(default %(default)s)")
+                      help="tokens (bytes) per sample at most, and per row; samples end at paragraph or line "
+                           "ends (default %(default)s)")
+    data.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True,
+                      help="pack several samples into each row of --max-length tokens, each attending to itself "
+                           "alone (positions restart per sample), so rows hold padding only at their tail; "
+                           "--batch-size then counts rows. --no-packing: one sample per row, padded "
+                           "(default: packing)")
 
     model = parser.add_argument_group("model and loss")
     model.add_argument("--width", type=positive_int, default=64, metavar="N",
@@ -118,7 +125,8 @@ def main(argv=None):
 
     def body(config, stack):
         path = prepare_text(flags["data_dir"], flags["synthetic"], flags["text_url"], stack)
-        task = lm_task(path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"])
+        task = lm_task(path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"],
+                       flags["packing"])
         summary, run = train(config, task)
         if flags["sample_tokens"] and config.main_rank:
             print(f"sample from {PROMPT!r}, at temperature {SAMPLE_TEMPERATURE}:\n"

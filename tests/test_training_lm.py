@@ -24,10 +24,10 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
-def one_window(corpus, loss, batch_size, accumulate_step):
-    """The weights after the first window of ``batch_size x accumulate_step`` sequences, op by op, plain SGD."""
+def one_window(corpus, loss, batch_size, accumulate_step, packing=False):
+    """The weights after the first window of ``batch_size x accumulate_step`` rows, op by op, plain SGD."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    task = lm_task(corpus, loss, **TINY)
+    task = lm_task(corpus, loss, packing=packing, **TINY)
     config = TrainConfig(mode="pynative", batch_size=batch_size, accumulate_step=accumulate_step, lr=0.5,
                          shuffle=False)
     run = build_run(config, task)
@@ -35,7 +35,7 @@ def one_window(corpus, loss, batch_size, accumulate_step):
                                  num_shards=None, shard_id=None)
     window = next(iter(windows))
     (_, counted, samples), = train_on_windows(run, [window], batch_size, accumulate_step, task.count)
-    assert samples == 32 and int(run.accumulator.update_count) == 1
+    assert (samples > 32 if packing else samples == 32) and int(run.accumulator.update_count) == 1
     return {p.name: p.asnumpy().copy() for p in run.net.trainable_params()}, counted
 
 
@@ -45,16 +45,29 @@ def update_difference(weights, reference, start):
                for name in reference)
 
 
+def start_weights(corpus):
+    return {p.name: p.asnumpy() for p in build_run(TrainConfig(mode="pynative"), lm_task(corpus, **TINY))
+            .net.trainable_params()}
+
+
 def test_four_micro_batches_of_eight_update_like_one_batch_of_thirty_two_and_the_naive_mean_does_not(corpus):
     large, tokens = one_window(corpus, "token-sum", 32, 1)
     accumulated, counted = one_window(corpus, "token-sum", 8, 4)
     naive, micro_batches = one_window(corpus, "micro-batch-mean", 8, 4)
     assert counted == tokens > 32 * 20 and micro_batches == 4
-    start = {p.name: p.asnumpy() for p in build_run(TrainConfig(mode="pynative"), lm_task(corpus, **TINY))
-             .net.trainable_params()}
+    start = start_weights(corpus)
     exact, wrong = update_difference(accumulated, large, start), update_difference(naive, large, start)
     assert exact < 1e-4, exact   # float32 rounding of a sum taken in another order
     assert wrong > 1e-2 and wrong > 100 * exact, (wrong, exact)
+
+
+def test_packed_windows_of_four_micro_batches_of_eight_rows_update_like_one_batch_of_thirty_two_rows(corpus):
+    large, tokens = one_window(corpus, "token-sum", 32, 1, packing=True)
+    accumulated, counted = one_window(corpus, "token-sum", 8, 4, packing=True)
+    padded, padded_tokens = one_window(corpus, "token-sum", 32, 1)
+    assert counted == tokens > 32 * 50 > padded_tokens   # the same rows hold more tokens packed
+    exact = update_difference(accumulated, large, start_weights(corpus))
+    assert exact < 1e-4, exact
 
 
 def test_adamw_is_mindspores_experimental_one_and_its_learning_rate_follows_the_schedule_per_update(corpus):

@@ -2,7 +2,7 @@
 
 Everything particular to language modelling that the training loop needs is
 wired here from ``data.text`` (the corpus and its samples), ``data.tokens``
-(padding and token counts) and ``models.transformer`` (the network and its
+and ``data.packing`` (padded or packed rows, token counts) and ``models.transformer`` (the network and its
 loss): each micro-batch weighs its non-PAD targets (``Task.count``), so a
 window's update is the large batch's mean over tokens, however the lengths fall.
 """
@@ -20,6 +20,7 @@ import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch i
 from accumulator.checks import positive_int
 from data.download import write_text
 from data.mnist import Window, reading_order
+from data.packing import first_fit, pack_rows
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem, decode, encode, ensure_corpus,
                        split_corpus, split_samples, synthetic_text)
 from data.tokens import PAD, pad_batch, token_count, window_batches
@@ -133,7 +134,7 @@ class WarmupInverseSqrt(LearningRateSchedule):
 
 
 def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
-               length):
+               length, packing=False, layout=None):
     """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, length]``.
 
     The samples (each at most ``length + 1`` tokens) are read in
@@ -141,9 +142,20 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     batch on request); every micro-batch is padded to ``length``, and a
     short last micro-batch is filled with all-PAD rows, which hold no
     targets: the whole epoch takes one shape, so the train step compiles
-    once, however the lengths fall (one compile costs more than the padding
-    saves: docs/language-model-tool.md). Each :class:`~data.mnist.Window`
+    once, however the lengths fall. Each :class:`~data.mnist.Window`
     holds ``(inputs, targets)`` Tensor pairs and the same ``stacked``.
+
+    With ``packing`` the samples, in the seeded order, are packed into rows
+    of ``length`` target slots (``data.packing.first_fit``, ``pack_rows``):
+    inputs are ``[batch_size, 2, length]`` (tokens, document ids), and
+    padding is left only at a row's tail. The rows, not the samples, are
+    then sharded (dealt in turn, wrapped around to equal numbers, as
+    ``reading_order`` deals samples) and batched, so every rank gets
+    equally many rows, and ``drop_remainder`` drops a short last batch of rows.
+
+    ``layout``, a dict, receives the epoch's ``"slots"`` (target positions
+    computed, filler rows included) and ``"tokens"`` (targets that are not
+    padding) when the windows are made.
 
     Example:
         >>> samples = [encode("to be or not"), encode("to be"), encode("that is")]
@@ -151,54 +163,106 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         ...                      num_shards=None, shard_id=None, length=16)
         >>> [[(tuple(targets.shape), count_tokens(targets)) for _, targets in window] for window in windows]
         [[((2, 16), 15), ((2, 16), 6)]]
+        >>> packed = lm_windows(samples, 2, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                     num_shards=None, shard_id=None, length=16, packing=True)
+        >>> [[(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in window] for window in packed]
+        [[((2, 2, 16), 21)]]
     """
-    order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    ordered = [samples[i] for i in order]
-    for inputs, targets, _ in window_batches(ordered, batch_size, accumulate_step, multiple=length):
-        # A short last micro-batch's all-PAD rows are no samples.
-        yield Window([(ms.Tensor(x), ms.Tensor(y)) for x, y in zip(inputs, targets)],
-                     (ms.Tensor(inputs), ms.Tensor(targets)), samples=int((targets != PAD).any(axis=-1).sum()))
+    if not packing:
+        order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+        inputs, targets = _padded_rows([samples[i] for i in order], batch_size, accumulate_step, length)
+        documents = (targets != PAD).any(axis=-1).astype(np.int64)
+    else:
+        reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)  # checks
+        order = reading_order(len(samples), 1, shuffle, seed)
+        ordered = [samples[i] for i in order]
+        rows = first_fit([len(sample) - 1 for sample in ordered], length)
+        taken = reading_order(len(rows), batch_size, False, None, drop_remainder, num_shards, shard_id)
+        inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
+        documents = inputs[:, 1].max(axis=-1)
+        inputs, targets, documents = _filled(inputs, targets, documents, batch_size)
+    if layout is not None:
+        layout.update(slots=targets.size, tokens=int(np.count_nonzero(targets != PAD)))
+    return _windows(inputs, targets, documents, batch_size * accumulate_step, batch_size)
 
 
-def lm_batches(samples, batch_size, length):
-    """The validation pass: batches of ``min(batch_size, EVAL_ROWS, len(samples))`` rows, all ``[rows, length]``.
+def _padded_rows(ordered, batch_size, accumulate_step, length):
+    """The samples padded to ``length``, filler rows included: ``(inputs [R, length], targets [R, length])``."""
+    if not ordered:
+        return np.zeros((0, length), np.int32), np.zeros((0, length), np.int32)
+    pairs = [(x.reshape(-1, length), y.reshape(-1, length))
+             for x, y, _ in window_batches(ordered, batch_size, accumulate_step, multiple=length)]
+    return np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+
+
+def _filled(inputs, targets, documents, batch_size):
+    """The rows with all-PAD rows added to fill the last micro-batch (they hold no target and no sample)."""
+    filler = -len(targets) % batch_size
+    return (np.pad(inputs, ((0, filler),) + ((0, 0),) * (inputs.ndim - 1)), np.pad(targets, ((0, filler), (0, 0))),
+            np.pad(documents, (0, filler)))
+
+
+def _windows(inputs, targets, documents, span, batch_size):
+    """Windows of ``span`` rows, in micro-batches of ``batch_size``, each knowing the samples its rows hold."""
+    for start in range(0, len(targets), span):
+        x, y = inputs[start:start + span], targets[start:start + span]
+        k = len(y) // batch_size
+        x, y = x.reshape(k, batch_size, *x.shape[1:]), y.reshape(k, batch_size, *y.shape[1:])
+        yield Window([(ms.Tensor(a), ms.Tensor(b)) for a, b in zip(x, y)], (ms.Tensor(x), ms.Tensor(y)),
+                     samples=int(documents[start:start + span].sum()))
+
+
+def lm_batches(samples, batch_size, length, packing=False):
+    """The validation pass: batches of ``min(batch_size, EVAL_ROWS, rows)`` rows, all ``[rows, length]``.
 
     The last batch is filled with all-PAD rows, which hold no targets: every
-    batch has one shape, so evaluation compiles once.
+    batch has one shape, so evaluation compiles once. With ``packing`` the
+    samples are packed, in their order, into rows (``lm_windows``): the same
+    losses and counts, in fewer rows.
 
     Example:
         >>> batches = list(lm_batches([encode("to be")] * 3, 2, length=8))
         >>> [(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in batches]
         [((2, 8), 8), ((2, 8), 4)]
+        >>> [(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in lm_batches(
+        ...     [encode("to be")] * 3, 2, length=8, packing=True)]
+        [((2, 2, 8), 12)]
     """
-    rows = min(batch_size, EVAL_ROWS, len(samples))
-    for start in range(0, len(samples), rows):
-        inputs, targets = pad_batch(samples[start:start + rows], multiple=length)
-        filler = ((0, rows - len(inputs)), (0, 0))
-        yield ms.Tensor(np.pad(inputs, filler)), ms.Tensor(np.pad(targets, filler))
+    if packing:
+        inputs, targets = pack_rows(samples, length)
+    else:
+        inputs, targets = pad_batch(samples, multiple=length)
+    rows = min(batch_size, EVAL_ROWS, len(targets))
+    inputs, targets, _ = _filled(inputs, targets, np.zeros(len(targets)), rows)
+    for start in range(0, len(targets), rows):
+        yield ms.Tensor(inputs[start:start + rows]), ms.Tensor(targets[start:start + rows])
 
 
 def _targets(samples):
     return sum(len(sample) - 1 for sample in samples)
 
 
-def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_length=MAX_LENGTH):
+def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_length=MAX_LENGTH, packing=True):
     """The byte-level language model on the corpus at ``corpus_path``, as a ``Task``.
 
     The text is split into samples of at most ``max_length`` tokens
     (``data.text.split_samples``), the last tenth held out for validation.
     The network is ``models.transformer.CausalLM(257, width, depth, heads, max_length)``;
-    training and validation batches are all ``max_length`` long. ``loss="token-sum"`` sums the token loss and counts
+    training and validation batches are all ``max_length`` long: with
+    ``packing`` (the default) rows of several samples, each attended to
+    alone (``lm_windows``), else one sample per row, padded. ``loss="token-sum"`` sums the token loss and counts
     tokens, so windows equal the large batch; ``"micro-batch-mean"`` takes
     each micro-batch's mean and counts each micro-batch once, the mean of
     means a naive loop computes (its reported losses are means of means too).
     The learning rate warms up and decays per update (``WarmupInverseSqrt``).
+    Each epoch's record gets ``"padding"``, the fraction of the target
+    positions computed that were padding.
 
     Example:
         >>> _ = open("input.txt", "w").write(synthetic_text(3000))
         >>> task = lm_task("input.txt", width=32, depth=1)
         >>> task.description
-        'text from input.txt: 37 train / 4 validation samples (2,670 / 327 tokens, up to 128 each)'
+        'text from input.txt: 37 train / 4 validation samples (2,670 / 327 tokens, up to 128 each, packed into rows of 128)'
     """
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
@@ -207,21 +271,24 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     label = "synthetic text" if is_synthetic(os.path.dirname(corpus_path) or ".") else "text"
     mean = loss == "micro-batch-mean"
     epoch_tokens = _targets(train)
+    layout = {}  # the last epoch's windows' slots and tokens (lm_windows), for its padding
 
     def measure(record, history):
         updates = record["updates"] - (history[-1]["updates"] if history else 0)
         return {"perplexity": math.exp(min(record["test_loss"], 50.0)),
                 "tokens_per_second": epoch_tokens / record["seconds"],
-                "tokens_per_update": epoch_tokens / max(updates, 1)}
+                "tokens_per_update": epoch_tokens / max(updates, 1),
+                "padding": 1 - layout["tokens"] / layout["slots"] if layout.get("slots") else 0.0}
 
+    packed = f", packed into rows of {max_length}" if packing else ""
     return Task(
         description=f"{label} from {corpus_path}: {len(train)} train / {len(validation)} validation samples "
-                    f"({epoch_tokens:,} / {_targets(validation):,} tokens, up to {max_length} each)",
+                    f"({epoch_tokens:,} / {_targets(validation):,} tokens, up to {max_length} each{packed})",
         train_samples=len(train),
         make_net=functools.partial(CausalLM, VOCAB_SIZE, width, depth, heads, max_length),
         make_loss=functools.partial(TokenLossCell, mean),
-        train_windows=functools.partial(lm_windows, train, length=max_length),
-        test_batches=functools.partial(lm_batches, validation, length=max_length),
+        train_windows=functools.partial(lm_windows, train, length=max_length, packing=packing, layout=layout),
+        test_batches=functools.partial(lm_batches, validation, length=max_length, packing=packing),
         count=count_one if mean else count_tokens,
         correct=correct_fraction if mean else correct_tokens,
         learning_rate=lambda config: WarmupInverseSqrt(config.lr, WARMUP_UPDATES),
@@ -237,13 +304,15 @@ def lm_epoch_line(record, epochs):
     Example:
         >>> print(lm_epoch_line({"epoch": 1, "train_loss": 2.5, "test_loss": 2.0, "perplexity": 7.39,
         ...                      "test_accuracy": 0.4, "tokens_per_second": 9000.0, "tokens_per_update": 2100.0,
-        ...                      "seconds": 30.0}, 2))
-        epoch 1/2: train loss 2.5000, validation loss 2.0000 (perplexity 7.39), next-token accuracy 40.0%, 9,000 tokens/s, 2,100 tokens per update, 30.0 s
+        ...                      "padding": 0.125, "seconds": 30.0}, 2))
+        epoch 1/2: train loss 2.5000, validation loss 2.0000 (perplexity 7.39), next-token accuracy 40.0%, 9,000 tokens/s, 2,100 tokens per update, 12.5% padding, 30.0 s
     """
+    padding = f", {record['padding']:.1%} padding" if "padding" in record else ""
     return (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, validation loss "
             f"{record['test_loss']:.4f} (perplexity {record['perplexity']:.2f}), next-token accuracy "
             f"{record['test_accuracy']:.1%}, {record['tokens_per_second']:,.0f} tokens/s, "
-            f"{record['tokens_per_update']:,.0f} tokens per update, {record['seconds']:.1f} s" + noise_suffix(record))
+            f"{record['tokens_per_update']:,.0f} tokens per update{padding}, {record['seconds']:.1f} s"
+            + noise_suffix(record))
 
 
 def lm_summary_line(summary, config, epoch_tokens):
