@@ -2,9 +2,11 @@
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Parameter, Tensor
+from mindspore import Parameter, ParameterTuple, Tensor, nn
 
-from accumulator.buckets import Buckets
+from accumulator import Accumulator
+from accumulator.buckets import ALONE, CAP, Buckets
+from accumulator.state import load_checkpoint, training_state
 
 
 def _parameters(shapes, dtypes):
@@ -44,3 +46,171 @@ def test_flatten_then_split_gives_back_every_gradient_exactly_in_a_graph(count):
     for grad, back in zip(grads, round_trip(ms.mutable(grads))):
         assert back.shape == grad.shape and back.dtype == ms.float32
         np.testing.assert_array_equal(back.asnumpy(), grad.asnumpy().astype(np.float32))
+
+
+# ---------------------------------------------------------------- the accumulator over every bucket
+# Parameters laid out to fill three buckets: a packed one (small.a and mid.0-14, 983,048 elements), one
+# of its own (large, over ALONE) and a second packed one (mid.15 does not fit the first under CAP).
+# Expectations come from NumPy or from a plain optimizer call, never from the Accumulator at N=1.
+LAYOUT = [("small.a", (8,)), ("large", (300, 256))] + [(f"mid.{i}", (256, 256)) for i in range(16)] + [
+    ("small.b", (5, 3))]
+BUCKETS = ((0,) + tuple(range(2, 17)), (1,), (17, 18))
+# One parameter of each bucket, where a non-finite value is planted.
+IN_EACH_BUCKET = {"first packed": 0, "alone": 1, "second packed": 18}
+
+
+def _layout_parameters(seed=0):
+    rng = np.random.default_rng(seed)
+    return [Parameter(Tensor(rng.normal(size=shape).astype(np.float32)), name=name) for name, shape in LAYOUT]
+
+
+def _known_grads(count, seed=1):
+    rng = np.random.default_rng(seed)
+    return [[rng.normal(size=shape).astype(np.float32) for _, shape in LAYOUT] for _ in range(count)]
+
+
+def _tensors(grads):
+    # mutable: a plain tuple argument is a constant of the graph, compiled anew for every call.
+    return ms.mutable(tuple(Tensor(g) for g in grads))
+
+
+def _driver(accumulator, kind):
+    """One micro-step of the library's in-graph call, or of accumulate() plus the host's step()."""
+    if kind == "call":
+        call = ms.jit(accumulator.__call__)
+        return lambda grads: bool(call(_tensors(grads)))
+    accumulate = ms.jit(accumulator.accumulate)
+
+    def micro_step(grads):
+        accumulate(_tensors(grads))
+        return accumulator.step()
+    return micro_step
+
+
+def _weights(params):
+    return [p.asnumpy().copy() for p in params]
+
+
+def test_the_layout_fills_three_buckets_one_of_them_a_parameter_over_alone():
+    params = _layout_parameters()
+    assert Buckets(params, [ms.float32] * len(params)).groups == BUCKETS
+    assert params[1].size > ALONE and sum(params[i].size for i in BUCKETS[0]) + params[17].size > CAP
+
+
+def test_each_buffer_holds_one_micro_batch_of_known_gradients_once():
+    params = _layout_parameters()
+    accumulator = Accumulator(nn.SGD(params, 1.0), accumulate_step=4)
+    [grads] = _known_grads(1)
+    ms.jit(accumulator.accumulate)(_tensors(grads))  # one micro-batch of a window of 4: nothing applies
+    for name, grad, buffer in zip([name for name, _ in LAYOUT], grads, accumulator.grad_buffers):
+        np.testing.assert_array_equal(buffer.asnumpy(), grad, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["call", "step"])
+def test_a_window_over_every_bucket_equals_the_plain_large_batch_update(kind):
+    params = _layout_parameters()
+    reference = _layout_parameters()
+    accumulator = Accumulator(nn.Adam(params, 1e-2), accumulate_step=3)
+    plain = nn.Adam(reference, 1e-2)
+    windows = _known_grads(6)
+    micro_step = _driver(accumulator, kind)
+    for window in (windows[:3], windows[3:]):
+        assert [micro_step(grads) for grads in window] == [False, False, True]
+        # The large batch's mean gradient, summed in float32 as a batch's would be, in one plain Adam step.
+        plain(tuple(Tensor(g) for g in [(a + b + c) * np.float32(1 / 3) for a, b, c in zip(*window)]))
+        for name, got, expected in zip([name for name, _ in LAYOUT], _weights(params), _weights(reference)):
+            np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert int(accumulator.update_count) == 2
+
+
+def _plant(grads, index, value):
+    grads = [g.copy() for g in grads]
+    grads[index].reshape(-1)[-1] = value
+    return grads
+
+
+@pytest.mark.parametrize("kind", ["call", "step"])
+def test_a_nan_or_inf_in_any_bucket_skips_the_window(kind):
+    params = _layout_parameters()
+    accumulator = Accumulator(nn.SGD(params, 1.0), accumulate_step=2)
+    micro_step = _driver(accumulator, kind)
+    clean = _known_grads(2)
+    skipped = 0
+    for bucket, index in IN_EACH_BUCKET.items():
+        for value in (np.nan, np.inf):
+            before = _weights(params)
+            # The window closes and the optimizer does not run.
+            assert [micro_step(clean[0]), micro_step(_plant(clean[1], index, value))] == [False, False]
+            skipped += 1
+            assert int(accumulator.skipped_windows) == skipped, (bucket, value)
+            assert int(accumulator.micro_step) == 0 and int(accumulator.update_count) == 0
+            for name, got, expected in zip([name for name, _ in LAYOUT], _weights(params), before):
+                np.testing.assert_array_equal(got, expected, err_msg=f"{bucket}, {value}: {name}")
+            assert all(not b.asnumpy().any() for b in accumulator.buffers), (bucket, value)
+    # A clean window after them all applies its mean, so nothing of the skipped ones stayed behind.
+    before = _weights(params)
+    assert [micro_step(clean[0]), micro_step(clean[1])] == [False, True]
+    for got, start, a, b in zip(_weights(params), before, *clean):
+        np.testing.assert_allclose(got, start - (a + b) * np.float32(0.5), rtol=1e-6, atol=1e-6)
+    assert int(accumulator.update_count) == 1
+
+
+@pytest.mark.parametrize("kind", ["call", "step"])
+def test_a_micro_batch_with_a_nan_or_inf_in_any_bucket_is_left_out_of_its_window(kind):
+    params = _layout_parameters()
+    accumulator = Accumulator(nn.SGD(params, 1.0), accumulate_step=3, skip_nonfinite="micro_batch")
+    micro_step = _driver(accumulator, kind)
+    clean = _known_grads(3)
+    dropped = 0
+    for bucket, index in IN_EACH_BUCKET.items():
+        for value in (np.nan, np.inf):
+            before = _weights(params)
+            bad = _plant(clean[1], index, value)
+            assert [micro_step(clean[0]), micro_step(bad), micro_step(clean[2])] == [False, False, True]
+            dropped += 1
+            assert int(accumulator.dropped_micro_batches) == dropped, (bucket, value)
+            # Applied, as the mean of the two micro-batches it kept.
+            for got, start, a, c in zip(_weights(params), before, clean[0], clean[2]):
+                np.testing.assert_allclose(got, start - (a + c) * np.float32(0.5), rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{bucket}, {value}")
+    assert int(accumulator.skipped_windows) == 0 and int(accumulator.update_count) == dropped
+
+
+class _Holder(nn.Cell):
+    """The layout's parameters as a network, for checkpoints."""
+
+    def __init__(self, params):
+        super().__init__()
+        self.weights = ParameterTuple(params)
+
+
+def test_a_checkpoint_with_one_buffer_per_parameter_loads_into_every_bucket(tmp_path):
+    # Written as before the buckets: each parameter's running sum as accumulator.<name>, two of three
+    # micro-batches into the window; the third then ends it exactly as in the run that was not interrupted.
+    grads = _known_grads(3)
+
+    def run():
+        params = _layout_parameters()
+        accumulator = Accumulator(nn.Adam(params, 1e-2), accumulate_step=3)
+        return _Holder(params), accumulator, _driver(accumulator, "step")
+
+    net, accumulator, micro_step = run()
+    assert [micro_step(grads[0]), micro_step(grads[1])] == [False, False]
+    state = training_state(net, accumulator.optimizer, accumulator)
+    entries = [{"name": name, "data": value} for name, value in state.items()
+               if name not in {buffer.name for buffer in accumulator.buffers}]
+    entries += [{"name": f"accumulator.{param.name}", "data": buffer}
+                for param, buffer in zip(accumulator.optimizer.parameters, accumulator.grad_buffers)]
+    path = str(tmp_path / "old.ckpt")
+    ms.save_checkpoint(entries, path)
+    assert micro_step(grads[2])
+    uninterrupted = _weights(accumulator.optimizer.parameters)
+
+    net, accumulator, micro_step = run()
+    load_checkpoint(path, net, accumulator.optimizer, accumulator)
+    for name, first, second, buffer in zip([name for name, _ in LAYOUT], grads[0], grads[1], accumulator.grad_buffers):
+        np.testing.assert_array_equal(buffer.asnumpy(), first + second, err_msg=name)
+    assert micro_step(grads[2])
+    for name, got, expected in zip([name for name, _ in LAYOUT], _weights(accumulator.optimizer.parameters),
+                                   uninterrupted):
+        np.testing.assert_array_equal(got, expected, err_msg=name)

@@ -1,7 +1,6 @@
 """MNIST download and the MindSpore pipelines built on it."""
 import os
 import shutil
-import time
 import zipfile
 
 import numpy as np
@@ -42,10 +41,8 @@ def _parent_listing(data_dir):
 
 def test_offline_download_raises_helpful_error_and_leaves_nothing(tmp_path):
     data_dir = str(tmp_path / "MNIST_Data")
-    started = time.monotonic()
     with pytest.raises(MnistUnavailableError) as caught:
         ensure_mnist(data_dir, url=UNREACHABLE_URL)
-    assert time.monotonic() - started < 10
 
     message = str(caught.value)
     assert isinstance(caught.value, RuntimeError)

@@ -1,10 +1,10 @@
 """Accumulation schedules: N changes between windows, and each window stays exact."""
 import pytest
 import mindspore as ms
-from mindspore import Tensor, ops
+from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator
-from accumulator.schedule import as_schedule
+from accumulator.schedule import SETTLE_WINDOWS, NoiseScaleSchedule, as_schedule
 from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, reference_state, split)
 
@@ -54,3 +54,18 @@ def test_bad_schedules_are_rejected(schedule, message):
     optimizer = make_optimizer("sgd", make_net().trainable_params())
     with pytest.raises(ValueError, match=message):
         Accumulator(optimizer, schedule)
+
+
+@pytest.mark.parametrize("noise_scale, expected", [(20.0, 4), (24.0, 6), (12.0, 4), (8.0, 2), (100.0, 16)])
+def test_the_adaptive_window_moves_only_past_its_hysteresis(noise_scale, expected):
+    # N = 4 of micro-batches of 4; the target is noise scale / 4, rounded: 5 and 3 lie within 1.5x of 4, 6 and 2
+    # do not, 25 is clamped to max_step.
+    schedule = NoiseScaleSchedule(micro_batch_size=4, min_step=1, max_step=16, hysteresis=1.5, first_step=4)
+    accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule, track_noise=True,
+                              micro_batch_size=4)
+    accumulator.noise.gradient.set_data(Tensor(1.0, ms.float32))
+    accumulator.noise.trace.set_data(Tensor(noise_scale, ms.float32))
+    accumulator.noise.windows.set_data(Tensor(SETTLE_WINDOWS - 1, ms.int32))
+    assert int(schedule(Tensor(0, ms.int32))) == 4  # not settled yet
+    accumulator.noise.windows.set_data(Tensor(SETTLE_WINDOWS, ms.int32))
+    assert int(schedule(Tensor(0, ms.int32))) == expected

@@ -5,7 +5,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 from accumulator import Accumulator, convert_batchnorm
-from accumulator.selfcheck import check_equivalence
+from accumulator.selfcheck import RTOL, check_equivalence
 from accumulator.state import training_state
 from helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
                      padded, split, token_windows)
@@ -85,6 +85,18 @@ def test_uneven_micro_batches_without_counts_are_a_mean_of_means(mode):
     assert report.reasons[0].startswith("uneven counts: the large batch weighs the micro-batches 0.94, 0.56, 1.50 ")
     assert "they hold 5, 3, 8 samples" in report.reasons[0] and "pass each micro-batch's count" in report.reasons[0]
     assert report.verdict.startswith("NOT equivalent") and report.reasons[0] in report.verdict
+
+
+
+def test_a_difference_between_rtol_and_ten_times_it_is_told_apart_both_ways(mode):
+    # Micro-batches of 300 and 301 without counts: a mean of means, off by under a thousandth.
+    net, accumulator, grad_fn = _setup(accumulate_step=2)
+    window = _window([300, 301])
+    report = check_equivalence(grad_fn, window, accumulator, network=net)
+    assert RTOL < report.max_rel_diff < 10 * RTOL and not report.equivalent
+    assert report.reasons[0].startswith("uneven counts")
+    looser = check_equivalence(grad_fn, window, accumulator, network=net, rtol=10 * RTOL)
+    assert looser.equivalent and looser.max_rel_diff == pytest.approx(report.max_rel_diff, rel=1e-3)
 
 
 def _token_grad_fns(loss, parameters):
