@@ -16,9 +16,12 @@ import numpy as np
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, ops
 from mindspore.common.initializer import initializer
-from mindspore.ops.auto_generate import SplitWithSize
 
-_split_with_size = SplitWithSize()
+from accumulator import capabilities
+
+# SplitWithSize is missing from some releases (docs/mindspore-behaviours.md#versions): then each piece is a Slice.
+_split_with_size = None if capabilities.SplitWithSize is None else capabilities.SplitWithSize()
+_slice = ops.Slice()
 # Elements per packed bucket: 4 MB of float32, so a micro-step's concat copy stays small.
 CAP = 1 << 20
 # A parameter above this many elements keeps its own buffer: its kernels' launch is small beside their
@@ -30,6 +33,18 @@ def _flat(tensor, dtype):
     # Decided when the graph is built: a Cast to the same dtype is still a kernel.
     tensor = tensor.reshape((-1,))
     return tensor if tensor.dtype == dtype else tensor.astype(dtype)
+
+
+def _sliced(flat, sizes, offsets):
+    """``flat`` cut into pieces of ``sizes``, a Slice each: where the release has no SplitWithSize kernel.
+
+    A loop adding to a tuple, not a list comprehension: 128 pieces compile in about 2 s on MindSpore 2.7's CPU
+    against 7 s (docs/mindspore-behaviours.md#versions).
+    """
+    pieces = ()
+    for offset, size in zip(offsets, sizes):
+        pieces = pieces + (_slice(flat, (offset,), (size,)),)
+    return pieces
 
 
 def _groups(sizes, dtypes, cap):
@@ -79,6 +94,10 @@ class Buckets:
         places = {i: (b, k) for b, group in enumerate(self.groups) for k, i in enumerate(group)}
         self.places = tuple(places[i] for i in range(len(shapes)))
         self.dtypes = tuple(dtypes[group[0]] for group in self.groups)
+        # One SplitWithSize kernel per bucket where the release has it, else a Slice per piece; asked once, here,
+        # not at import (docs/mindspore-behaviours.md#versions).
+        self.one_kernel_split = capabilities.split_with_size()
+        self.offsets = tuple(tuple(int(o) for o in np.cumsum((0,) + sizes[:-1])) for sizes in self.sizes)
 
     def zeros(self, parameters: Sequence[Parameter], prefix: str) -> ParameterTuple:
         """Zero-initialised buffers, one per bucket: flat, or of its parameter's shape when it holds one.
@@ -106,12 +125,17 @@ class Buckets:
 
     def split(self, flats) -> Tuple:
         """The per-parameter gradients, in the parameters' order and shapes, of one Tensor per bucket."""
-        # SplitWithSize, one kernel: ops.split slices piece by piece in a Python
-        # loop that exceeds the graph's call depth at 128 tensors (docs/mindspore-behaviours.md).
-        pieces = [flat if len(sizes) == 1 else _split_with_size(flat, sizes, 0)
-                  for flat, sizes in zip(flats, self.sizes)]
+        pieces = [flat if len(sizes) == 1 else self._split_bucket(flat, sizes, offsets)
+                  for flat, sizes, offsets in zip(flats, self.sizes, self.offsets)]
         return tuple([self._piece(pieces, bucket, index, shape) for (bucket, index), shape
                       in zip(self.places, self.shapes)])
+
+    def _split_bucket(self, flat, sizes, offsets):
+        # SplitWithSize, one kernel: ops.split slices piece by piece in a Python
+        # loop that exceeds the graph's call depth at 128 tensors (docs/mindspore-behaviours.md).
+        if self.one_kernel_split:
+            return _split_with_size(flat, sizes, 0)
+        return _sliced(flat, sizes, offsets)
 
     def _piece(self, pieces, bucket, index, shape):
         if len(self.sizes[bucket]) == 1:
