@@ -1,10 +1,11 @@
-"""The causal language model: causal, blind to padding, one tied embedding table, the expected parameters."""
+"""The causal language model: causal, blind to padding, one tied embedding table, the expected parameters; packed rows."""
 import numpy as np
 import mindspore as ms
 import pytest
 
-from data.tokens import PAD, pad_batch
-from models.transformer import CausalLM, TokenLoss
+from data.packing import NO_DOCUMENT, first_fit, pack_rows
+from data.tokens import PAD, pad_batch, random_sequences
+from models.transformer import CausalLM, TokenLoss, document_mask, document_positions
 
 VOCAB, WIDTH, DEPTH, MAX_LENGTH = 100, 64, 2, 256
 
@@ -82,3 +83,54 @@ def test_token_loss_sums_over_non_pad_targets(net):
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CausalLM(VOCAB, **kwargs)
+
+
+# Packed rows (data.packing): each document computes what it computes alone.
+
+def packed_documents(seed=4):
+    sequences = random_sequences(12, VOCAB, min_length=3, max_length=20, seed=seed)
+    inputs, _ = pack_rows(sequences, 32)
+    return sequences, inputs, first_fit([len(s) - 1 for s in sequences], 32)
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_each_documents_logits_in_a_packed_row_are_its_logits_alone(net, mode):
+    sequences, inputs, rows = packed_documents()
+    assert max(len(row) for row in rows) >= 3          # rows really hold several documents
+    call = ms.jit(net.construct) if mode == "graph" else net
+    packed = call(ms.Tensor(inputs)).asnumpy()
+    for r, row in enumerate(rows):
+        start = 0
+        for i in row:
+            n = len(sequences[i]) - 1
+            alone = logits(net, [sequences[i][:-1]])[0]
+            np.testing.assert_allclose(packed[r, start:start + n], alone, rtol=1e-4, atol=1e-4)
+            start += n
+
+
+def test_document_ids_as_a_second_argument_or_stacked_give_the_same_logits(net):
+    _, inputs, _ = packed_documents()
+    stacked = logits(net, inputs)
+    apart = net(ms.Tensor(inputs[:, 0]), ms.Tensor(inputs[:, 1])).asnumpy()
+    np.testing.assert_array_equal(apart, stacked)
+    # Without the ids the same tokens attend across documents: the ids are what keeps them apart.
+    assert np.abs(logits(net, inputs[:, 0]) - stacked).max() > 1e-3
+
+
+def test_the_mask_is_block_diagonal_and_causal_and_positions_restart_per_document():
+    documents = np.array([[1, 1, 1, 2, 2, 3, 0, 0]], np.int32)
+    mask = document_mask(ms.Tensor(documents)).asnumpy()[0]
+    for query in range(8):
+        for key in range(8):
+            same = documents[0, query] == documents[0, key] != NO_DOCUMENT
+            assert mask[query, key] == (same and key <= query), (query, key)
+    assert document_positions(ms.Tensor(mask[None])).asnumpy().tolist() == [[0, 1, 2, 0, 1, 0, 0, 0]]
+
+
+def test_a_packed_rows_summed_loss_and_count_are_those_of_its_documents_alone(net):
+    sequences, inputs, rows = packed_documents(seed=6)
+    _, targets = pack_rows(sequences, 32)
+    loss_sum, count = TokenLoss(net)(ms.Tensor(inputs), ms.Tensor(targets))
+    alone = [TokenLoss(net)(*(ms.Tensor(a) for a in pad_batch([s]))) for s in sequences]
+    assert float(count) == sum(float(c) for _, c in alone) == sum(len(s) - 1 for s in sequences)
+    np.testing.assert_allclose(float(loss_sum), sum(float(l) for l, _ in alone), rtol=1e-5)

@@ -108,6 +108,7 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, caps
 @pytest.mark.parametrize("changed, message", [
     (["--loss", "micro-batch-mean"], "--loss was token-sum, now micro-batch-mean"),
     (["--width", "64"], "--width was 32, now 64"),
+    (["--no-packing"], "--packing was True, now False"),
 ])
 def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tmp_path, capsys, changed, message):
     # The checkpoint records the settings the tool parsed; the network saved does not matter, as in the MNIST tool's
@@ -121,11 +122,23 @@ def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tm
     assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"] and not data_dir.exists()
 
 
+def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_path, capsys, small_synthetic):
+    assert train_lm.parse_args([])[1]["packing"] is True and train_lm.parse_args(["--no-packing"])[1]["packing"] is False
+    lines = {}
+    for packing in ("--packing", "--no-packing"):
+        train_lm.main(["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--mode", "pynative",
+                       *TINY, packing])
+        lines[packing] = capsys.readouterr().out
+    assert ", packed into rows of 64)" in lines["--packing"] and "packed" not in lines["--no-packing"]
+    padding = {flag: float(out.split("% padding")[0].rsplit(" ", 1)[1]) for flag, out in lines.items()}
+    assert 0 < padding["--packing"] < 25 < padding["--no-packing"] < 75, padding
+
+
 def test_resume_help_names_every_flag_a_resume_refuses_to_change():
     help_text = " ".join(train_lm.build_parser().format_help().split())
     resume_help = help_text[help_text.index("--resume continue"):help_text.index("--overwrite start")]
     for name in ("batch-size", "accumulate-step", "lr", "optimizer", "seed", "shuffle", "drop-last",
-                 "loss", "max-length", "width", "depth", "heads"):
+                 "loss", "max-length", "packing", "width", "depth", "heads"):
         assert f"--{name}," in resume_help, name
 
 
@@ -169,18 +182,19 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 
 
 @pytest.mark.slow
-def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic):
-    # Rank r reads samples r, r+2, ...: a window of 2 x 4 sequences per rank holds the same 16 as one
+@pytest.mark.parametrize("packing, updates", [("--no-packing", 4), ("--packing", 2)])
+def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, packing, updates):
+    # Rank r reads samples (packed: rows) r, r+2, ...: a window of 2 x 4 per rank holds the same 16 as one
     # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree.
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--no-shuffle", "--drop-last",
-              "--accumulate-step", "2", *TINY[:6], "--sample-tokens", "0"]
+              "--accumulate-step", "2", *TINY[:6], "--sample-tokens", "0", packing]
     train_lm.main([*common, "--batch-size", "8", "--ckpt-dir", str(tmp_path / "single")])  # writes the text too
     worker = os.path.join(REPO_ROOT, "tests", "lm_tool_worker.py")
     returncode, logs = run_msrun([worker, *common, "--batch-size", "4", "--distributed", "--ckpt-dir",
                                   str(tmp_path / "ranks")], tmp_path / "logs", REPO_ROOT)
     assert returncode == 0, "".join(log[-3000:] for log in logs.values())
     single, ranks = checkpoint(tmp_path / "single" / "epoch_001.ckpt"), checkpoint(tmp_path / "ranks" / "epoch_001.ckpt")
-    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4
+    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
     for name, value in single.items():
         if name.endswith("attention.qkv.bias"):
             # The key bias's gradient is 0 (softmax ignores a shift shared by a query's scores): AdamW (eps 1e-8)

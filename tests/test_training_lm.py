@@ -1,4 +1,5 @@
-"""training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; sampling."""
+"""training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; packed
+epochs (seeded, dealt to ranks in equal rows, accepted by check_equivalence); sampling."""
 import itertools
 import os
 import subprocess
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 from mindspore.experimental import optim
 
-from data.text import encode, synthetic_text
+from data.text import encode, split_samples, synthetic_text
 from training.config import TrainConfig
-from training.lm import MAX_LENGTH, WARMUP_UPDATES, WarmupInverseSqrt, generate, lm_task, lm_windows
-from training.loop import build_run, train_on_windows
+from training.lm import MAX_LENGTH, WARMUP_UPDATES, WarmupInverseSqrt, count_tokens, generate, lm_task, lm_windows
+from training.loop import build_run, check, train_on_windows
 
 TINY = dict(width=32, depth=1, heads=4, max_length=64)
 
@@ -141,3 +142,63 @@ def test_mindspores_compile_cache_reuses_a_graph_whose_constant_changed(tmp_path
         assert result.returncode == 0, result.stderr[-2000:]
         outputs.append(float(result.stdout.split()[-1]))
     assert outputs == [2.0, 2.0]   # the second run, FACTOR=3, ran the first run's graph
+
+
+def packed_epoch(samples, batch_size=4, accumulate_step=2, **order):
+    order = {"shuffle": True, "seed": 1, "drop_remainder": False, "num_shards": None, "shard_id": None, **order}
+    layout = {}
+    windows = list(lm_windows(samples, batch_size, accumulate_step, length=MAX_LENGTH, packing=True, layout=layout,
+                              **order))
+    return windows, layout
+
+
+def rows_of(windows):
+    return [row for window in windows for inputs, _ in window for row in inputs.asnumpy()]
+
+
+def test_a_packed_epoch_takes_one_shape_holds_every_token_once_and_little_padding():
+    rng = np.random.default_rng(0)
+    samples = [encode("a" * (length - 1) + "\n") for length in rng.integers(2, MAX_LENGTH + 1, size=300)]
+    windows, layout = packed_epoch(samples)
+    shapes = {tuple(inputs.shape) for window in windows for inputs, _ in window}
+    assert shapes == {(4, 2, MAX_LENGTH)} and {tuple(w.stacked[0].shape[1:]) for w in windows} == {(4, 2, MAX_LENGTH)}
+    tokens = sum(count_tokens(targets) for window in windows for _, targets in window)
+    assert tokens == layout["tokens"] == sum(len(s) - 1 for s in samples)
+    assert sum(w.samples for w in windows) == 300
+    padded = list(lm_windows(samples, 4, 2, shuffle=True, seed=1, drop_remainder=False, num_shards=None,
+                             shard_id=None, length=MAX_LENGTH))
+    assert layout["slots"] == len(rows_of(windows)) * MAX_LENGTH < 0.6 * len(rows_of(padded)) * MAX_LENGTH
+
+
+def test_packed_epochs_follow_the_seed():
+    samples = split_samples(encode(synthetic_text(6000, seed=2)), 64)
+    first, again, other = (rows_of(packed_epoch(samples, seed=seed)[0]) for seed in (1, 1, 2))
+    np.testing.assert_array_equal(np.stack(first), np.stack(again))
+    assert len(first) != len(other) or not np.array_equal(np.stack(first), np.stack(other))
+
+
+@pytest.mark.parametrize("drop_remainder", [False, True])
+def test_ranks_deal_the_packed_rows_in_turn_and_get_equally_many(drop_remainder):
+    samples = split_samples(encode(synthetic_text(6000, seed=2)), 64)
+    whole = rows_of(packed_epoch(samples, batch_size=1, accumulate_step=1)[0])
+    shards = [rows_of(packed_epoch(samples, drop_remainder=drop_remainder, num_shards=3, shard_id=rank)[0])
+              for rank in range(3)]
+    assert len({len(shard) for shard in shards}) == 1       # filler rows included: equal micro-batches
+    for rank, shard in enumerate(shards):
+        dealt = [row for row in (whole + whole)[rank:len(whole) + 2:3]][:len(shard)]
+        real = [row for row in shard if row[0].any()]
+        np.testing.assert_array_equal(np.stack(real), np.stack(dealt[:len(real)]))
+        if drop_remainder:
+            assert len(real) == len(shard) and len(shard) % 4 == 0
+
+
+def test_check_equivalence_accepts_a_packed_window_of_the_tool(corpus):
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    task = lm_task(corpus, **TINY)
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=3, shuffle=True)
+    report = check(build_run(config, task), task, config)
+    assert report.equivalent, report.summary()
+    window = next(iter(task.train_windows(4, 3, shuffle=True, seed=1, drop_remainder=False, num_shards=None,
+                                          shard_id=None)))
+    assert len(window) == 3 and tuple(window[0][0].shape) == (4, 2, TINY["max_length"])
+    assert len({count_tokens(targets) for _, targets in window}) > 1     # counts differ: they matter

@@ -1,0 +1,64 @@
+"""data.packing: first-fit rows that hold every sample once, in order, within the row length; packed rows' layout."""
+import numpy as np
+import pytest
+
+from data.packing import NO_DOCUMENT, first_fit, pack_rows, padding_fraction
+from data.tokens import PAD, random_sequences, token_count
+
+
+def test_first_fit_places_every_size_once_within_capacity_in_the_first_row_with_room():
+    sizes = np.random.default_rng(0).integers(1, 65, size=300)
+    rows = first_fit(sizes, 64)
+    assert sorted(i for row in rows for i in row) == list(range(300))
+    assert all(sum(sizes[i] for i in row) <= 64 for row in rows)
+    assert all(row == sorted(row) for row in rows)               # a row keeps the order the sizes came in
+    for row_index, row in enumerate(rows):
+        for i in row:                                           # no earlier row had room when i came
+            for earlier in rows[:row_index]:
+                assert sum(sizes[j] for j in earlier if j < i) + sizes[i] > 64
+    assert len(rows) < 0.7 * 300                                # fewer rows than samples: what packing is for
+
+
+def test_first_fit_follows_the_order_it_is_given():
+    sizes = [30, 40, 30, 20]
+    assert first_fit(sizes, 64) == [[0, 2], [1, 3]]
+    assert first_fit(sizes[::-1], 64) == [[0, 1], [2], [3]]
+
+
+@pytest.mark.parametrize("sizes, message", [([3, 0], "got 0 at index 1"), ([65], "got 65 at index 0")])
+def test_first_fit_refuses_sizes_it_cannot_place(sizes, message):
+    with pytest.raises(ValueError, match=message):
+        first_fit(sizes, 64)
+
+
+def test_packed_rows_hold_each_sequence_shifted_with_its_document_id_and_padding_only_at_the_tail():
+    sequences = random_sequences(40, 50, min_length=3, max_length=30, seed=2)
+    inputs, targets = pack_rows(sequences, 32)
+    rows = first_fit([len(s) - 1 for s in sequences], 32)
+    assert inputs.shape == (len(rows), 2, 32) and targets.shape == (len(rows), 32)
+    assert inputs.dtype == targets.dtype == np.int32
+    for r, row in enumerate(rows):
+        start = 0
+        for document, i in enumerate(row, 1):
+            end = start + len(sequences[i]) - 1
+            np.testing.assert_array_equal(inputs[r, 0, start:end], sequences[i][:-1])
+            np.testing.assert_array_equal(targets[r, start:end], sequences[i][1:])
+            assert (inputs[r, 1, start:end] == document).all()
+            start = end
+        assert (inputs[r, 0, start:] == PAD).all() and (targets[r, start:] == PAD).all()
+        assert (inputs[r, 1, start:] == NO_DOCUMENT).all()
+    assert token_count(targets) == sum(len(s) - 1 for s in sequences)
+    assert padding_fraction(targets) == pytest.approx(1 - token_count(targets) / targets.size)
+
+
+def test_pack_rows_takes_the_rows_it_is_given_and_refuses_bad_ones():
+    sequences = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    inputs, targets = pack_rows(sequences, 4, rows=[[2], [1, 0]])
+    assert targets.tolist() == [[7, 8, 9, 0], [5, 2, 3, 0]]
+    assert inputs[:, 1].tolist() == [[1, 1, 1, 0], [1, 2, 2, 0]]
+    with pytest.raises(ValueError, match=r"rows\[0\] holds 5 target slots, more than length 4"):
+        pack_rows(sequences, 4, rows=[[0, 2]])
+    with pytest.raises(ValueError, match=r"2 to length \+ 1 \(4\) tokens, got one of 5"):
+        pack_rows([[1, 2, 3, 4, 5]], 3)
+    with pytest.raises(ValueError, match="got one of 1"):
+        pack_rows([[1]], 3)
