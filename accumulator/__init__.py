@@ -9,9 +9,14 @@ statistics from the whole window), ``selfcheck`` (does accumulation equal
 the large batch on your net?), ``whole_batch`` (losses over the whole
 window, such as contrastive ones, made exact); ``checks``, ``files``,
 ``constants`` and ``layers`` are the argument checks, the atomic file
-write, the graphs' constants and the dropout/BatchNorm scan the rest shares.
+write, the graphs' constants and the dropout/BatchNorm scan the rest shares;
+``runtime`` sets MindSpore's blocking launch on CPU when imported.
 """
 __version__ = "0.1.0"  # the one source: setup.py reads it from here
+
+from accumulator.runtime import block_on_cpu
+
+block_on_cpu()  # before the first graph runs: MindSpore reads it then
 
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm

@@ -323,7 +323,11 @@ class Accumulator:
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self._skips = bool(self.skip_nonfinite) or spike_factor is not None
-        self._apply = None  # step()'s compiled flush (an _ApplyWindow), made on first use
+        self._stages = None  # step()'s two compiled calls (_CloseWindow, _UpdateWindow), made on first use
+        # step()'s count of the window, kept on the host: a micro-step that applies nothing reads nothing
+        # (docs/mindspore-behaviours.md#the-window-applied-from-the-host-two-calls-no-branch-no-read-per-micro-step).
+        self._position = 0
+        self._size = self.schedule.first_step
         self.members = []
 
     def attach(self, member):
@@ -441,16 +445,22 @@ class Accumulator:
         """Applies the window when it is full; call it on the host after each micro-step's ``accumulate``.
 
         The fastest way to drive the accumulator: the jitted micro-step adds
-        the gradients without a branch (``accumulate(grads)``), and the full
-        window is applied by a compiled call of its own, ``flush()``, made
-        here every ``accumulate_step`` micro-steps. A data-dependent ``if``
-        in the micro-step graph costs every call, more with every tensor
-        that crosses it (docs/mindspore-behaviours.md). The position is read
-        from the accumulator's state, so a restored checkpoint resumes
-        exactly. ``flush=True`` applies a window that is not full (an
-        epoch's last micro-batches) by the same compiled call, as
-        ``flush()`` would. Returns True when the optimizer ran.
-        ``compile_step()`` compiles that call ahead of the first window.
+        the gradients without a branch (``accumulate(grads)``), and a full
+        window is closed and applied here by two compiled calls of their own,
+        with no branch in either: the close (reduce, normalise, check,
+        policies, counters) returns whether the window is applied, and only
+        then does the update (the optimizer and the clear) run. A
+        data-dependent ``if`` in a graph costs every call, more with every
+        tensor that crosses it (docs/mindspore-behaviours.md#every-if-in-a-graph-costs-each-call-taken-or-not).
+
+        The window's position is counted here, on the host: a micro-step that
+        applies nothing reads nothing from the device, and a window reads one
+        result, its close's. ``load_checkpoint`` sets the count from the
+        restored state; after changing the state any other way, call
+        ``sync_position()``. ``flush=True`` applies a window that is not full
+        (an epoch's last micro-batches, however they were added) by the same
+        compiled calls, as ``flush()`` would. Returns True when the optimizer
+        ran. ``compile_step()`` compiles those calls ahead of the first window.
 
         Example:
             >>> import numpy as np
@@ -475,21 +485,48 @@ class Accumulator:
             >>> updates, int(accumulator.update_count)
             ([False, True, False, True], 2)
         """
-        # A Python int per call: a fixed N is known here, only a schedule's is read back.
-        size = self.schedule.fixed_step
-        position = int(self.micro_step)
-        if position < (int(self.accumulate_step) if size is None else size) and not (flush and position):
+        if flush:
+            # However the window was filled (an eager last micro-batch, say), it is empty after this call.
+            self._position = 0
+            if int(self.micro_step) == 0:
+                return False
+        else:
+            self._position += 1
+            if self._position < self._size:
+                return False
+            self._position = 0
+        close, update = self._host_stages()
+        applied, self._size = close().asnumpy().tolist()  # the window's one read
+        if not applied:
             return False
-        return bool(self._apply_window()())
+        update()
+        return True
+
+    def sync_position(self):
+        """Sets ``step()``'s count of the window from the state: its position and N, read from the device.
+
+        ``load_checkpoint`` calls it; call it yourself after changing the
+        accumulator's state any other way between ``step()`` calls.
+
+        Example:
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=4)
+            >>> _ = accumulator.micro_step.set_data(Tensor(3, ms.int32))     # as if 3 micro-batches were added
+            >>> _ = accumulator.weight_total.set_data(Tensor(3.0, ms.float32))
+            >>> accumulator.sync_position()
+            >>> accumulator.step()   # the 4th micro-batch of a window of 4: applied
+            True
+        """
+        self._position = int(self.micro_step)
+        self._size = int(self.accumulate_step)
 
     def compile_step(self):
-        """Compiles the call ``step()`` applies windows with, without running it.
+        """Compiles the calls ``step()`` applies windows with, without running them.
 
         Call it before training, so that the first full window does not wait
         for the compile. Weights and state are left as they are. Graph mode
         only: in PyNative mode MindSpore 2.10 keeps no graph compiled this way
-        for the call to reuse (docs/mindspore-behaviours.md), so it does
-        nothing and the first window compiles.
+        for the call to reuse, so it does nothing and the first window compiles
+        (docs/mindspore-behaviours.md#a-cell-compiles-without-running-a-jitted-function-cannot).
 
         Example:
             >>> net = nn.Dense(3, 1)
@@ -499,12 +536,13 @@ class Accumulator:
             (0, 0)
         """
         if ms.get_context("mode") == ms.GRAPH_MODE:
-            self._apply_window().compile()
+            for stage in self._host_stages():
+                stage.compile()
 
-    def _apply_window(self):
-        if self._apply is None:
-            self._apply = _ApplyWindow(self)
-        return self._apply
+    def _host_stages(self):
+        if self._stages is None:
+            self._stages = (_CloseWindow(self), _UpdateWindow(self))
+        return self._stages
 
     def _count_one(self, count, kept):
         # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md).
@@ -721,7 +759,12 @@ class Accumulator:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         if not write_back:
             return grads, factor
-        return None
+        return applied
+
+    def _close_on_host(self):
+        """``step()``'s first stage: closes a window that holds micro-batches; ``[applied, next N]``, int32."""
+        applied = self._close_window()
+        return ops.stack((applied.astype(ms.int32), self.accumulate_step))
 
     @property
     def noise_scale(self):
@@ -833,13 +876,27 @@ class Accumulator:
                                  f"like the optimizer's parameter: {hint}")
 
 
-class _ApplyWindow(nn.Cell):
-    """``accumulator.flush()`` as a Cell: a Cell can be compiled without running (``Cell.compile``), a jitted function cannot."""
+# step()'s stages as Cells: a Cell compiles without running (Cell.compile), a jitted function cannot;
+# jitted in PyNative mode too, as a window applied op by op would gain nothing.
+class _CloseWindow(nn.Cell):
+    """Closes a window that holds micro-batches: ``[applied, next N]``, the buffers scaled for the update."""
 
     def __init__(self, accumulator):
         super().__init__(auto_prefix=False)
         self.accumulator = accumulator
 
-    @ms.jit  # compiled in PyNative mode too, as a window applied op by op would gain nothing
+    @ms.jit
     def construct(self):
-        return self.accumulator.flush()
+        return self.accumulator._close_on_host()
+
+
+class _UpdateWindow(nn.Cell):
+    """Hands a closed, applied window to the optimizer and clears it."""
+
+    def __init__(self, accumulator):
+        super().__init__(auto_prefix=False)
+        self.accumulator = accumulator
+
+    @ms.jit
+    def construct(self):
+        return self.accumulator._update()

@@ -149,6 +149,8 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
         # ops.assign writes into the Parameter's own memory; set_data would
         # swap the memory and detach it from graphs compiled before the load.
         ops.assign(param, Tensor(saved[name].asnumpy()))
+    if accumulator is not None:
+        accumulator.sync_position()
     return {name: _plain(value) for name, value in saved.items() if name not in state}
 
 

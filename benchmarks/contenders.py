@@ -274,6 +274,17 @@ def _build_micro_floor(spec):
     return _host_applied(spec, Accumulator, apply=False)
 
 
+@register("apply_floor", "the least a window's apply costs: the optimizer and a clear over one buffer per "
+          "parameter, no checks, no mean, no counters, one compiled call per window (its time is per micro-batch: "
+          "a window's over N)", modes=("graph",), experiment=True)
+def _build_apply_floor(spec):
+    from benchmarks.floor import make_apply_floor
+    _, optimizer, _, _ = _setup(spec)
+    apply, buffers = make_apply_floor(optimizer)
+    return Runner(apply, spec["batch"] * spec["accumulate"], _nbytes(buffers), _nbytes(optimizer.parameters),
+                  _ms_sync, _ms_weights(optimizer))
+
+
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
 def _register_option(name, doc, **options):
     """An experiment row: the Accumulator with ``options``, in the per-micro-step step."""

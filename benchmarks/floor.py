@@ -111,3 +111,32 @@ def make_floor_step(grad_fn, optimizer, mean=False, check=False):
         return i
 
     return ms.jit(window_step), buffers
+
+
+def make_apply_floor(optimizer):
+    """A jitted ``apply()``: the optimizer and a clear over one buffer per parameter; and the buffers.
+
+    The least a window's apply costs: what any accumulator must run once a
+    window, with no checks, no mean, no counters and no split. The
+    ``apply_floor`` row times it against what the recommended step pays per
+    window beyond its micro-steps. The buffers start as ones, so the first
+    call moves the weights; the kernels cost the same on the zeros after it.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import nn
+        >>> net = nn.Dense(3, 1)
+        >>> optimizer = nn.SGD(net.trainable_params(), learning_rate=0.5)
+        >>> apply, buffers = make_apply_floor(optimizer)
+        >>> bias = float(net.bias.asnumpy()[0])
+        >>> _ = apply()
+        >>> round(float(net.bias.asnumpy()[0]) - bias, 4), float(buffers[1].asnumpy()[0])  # one SGD step on ones
+        (-0.5, 0.0)
+    """
+    buffers = optimizer.parameters.clone(prefix="apply_floor", init="ones")
+
+    def apply():
+        optimizer(buffers)
+        return _hyper_map(_clear, buffers)
+
+    return ms.jit(apply), buffers

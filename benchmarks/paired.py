@@ -121,20 +121,42 @@ SUMMARY = (("plain", "plain_micro", "plain_micro"), ("micro floor", "micro_floor
            ("PyTorch", "torch_accumulate", "torch_plain"))
 
 
+def window_cost(block_ms):
+    """What a window costs beyond its micro-steps, against the apply floor: medians, and the fastest blocks'.
+
+    N x (recommended step - micro-step) over the apply floor's time per
+    window, all three timed in the same rounds (each is per micro-batch, the
+    floor's a window's over N, so the N cancels); None without the three rows.
+
+    Example:
+        >>> [round(x, 3) for x in window_cost({"recommended": [1.5, 1.6], "micro_floor": [1.2, 1.2],
+        ...                                    "apply_floor": [0.2, 0.25]})]
+        [1.55, 1.5]
+    """
+    if not {"recommended", "micro_floor", "apply_floor"} <= set(block_ms):
+        return None
+    rounds = zip(block_ms["recommended"], block_ms["micro_floor"], block_ms["apply_floor"])
+    median = statistics.median((step - micro) / floor for step, micro, floor in rounds)
+    fastest = (min(block_ms["recommended"]) - min(block_ms["micro_floor"])) / min(block_ms["apply_floor"])
+    return median, fastest
+
+
 def format_summary(results):
-    """One line per net: its tensors and each contender's time per micro-step against the plain step.
+    """One line per net: its tensors, each contender's time per micro-step against the plain step, the window's cost.
 
     Medians of the paired ratios, the fastest blocks' ratio in brackets; the
-    PyTorch column is PyTorch's accumulation against PyTorch's plain step.
+    PyTorch column is PyTorch's accumulation against PyTorch's plain step;
+    the last, ``window cost``, is ``window_cost`` (against the apply floor).
 
     Example:
         >>> block_ms = {"plain_micro": [2.0, 2.0], "recommended": [1.6, 1.8], "torch_plain": [1.0, 1.0],
         ...             "torch_accumulate": [0.6, 0.7]}
         >>> print(format_summary([dict(net="deep48", tensors=48, block_ms=block_ms)]))
-        net       tensors  plain           micro floor     recommended     window floor    window          accumulator(grads) tutorial        boost           PyTorch
+        net       tensors  plain           micro floor     recommended     window floor    window          accumulator(grads) tutorial        boost           PyTorch         window cost
         deep48         48  1.00x (1.00x)                   0.85x (0.80x)                                                                                   0.65x (0.60x)
     """
-    lines = [f"{'net':9} {'tensors':>7}  " + " ".join(f"{heading:15}" for heading, _, _ in SUMMARY).rstrip()]
+    headings = [heading for heading, _, _ in SUMMARY] + ["window cost"]
+    lines = [f"{'net':9} {'tensors':>7}  " + " ".join(f"{heading:15}" for heading in headings).rstrip()]
     for result in results:
         block_ms, cells = result["block_ms"], []
         for _, contender, against in SUMMARY:
@@ -144,6 +166,8 @@ def format_summary(results):
                 cells.append(f"{median:.2f}x ({min(times) / min(base):.2f}x)")
             else:
                 cells.append("")
+        cost = window_cost(block_ms)
+        cells.append("" if cost is None else f"{cost[0]:.2f}x ({cost[1]:.2f}x)")
         lines.append((f"{result['net']:9} {result['tensors']:7}  " + " ".join(f"{c:15}" for c in cells)).rstrip())
     return "\n".join(lines)
 

@@ -24,17 +24,17 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def worker_env(blocking):
     """The worker's environment: this one, with ``MS_DEV_HOST_BLOCKING_RUN`` as ``blocking`` says.
 
-    ``"1"`` sets the variable; anything else removes it.
+    ``"1"`` sets the variable; anything else sets it to ``0``, so that
+    importing ``accumulator`` (which sets it on CPU when unset) keeps the
+    asynchronous launch.
 
     Example:
         >>> env = worker_env("")
-        >>> BLOCKING_ENV in env, env["PYTHONPATH"].split(os.pathsep)[0] == REPO_ROOT
-        (False, True)
+        >>> env[BLOCKING_ENV], env["PYTHONPATH"].split(os.pathsep)[0] == REPO_ROOT
+        ('0', True)
     """
     env = dict(os.environ)
-    env.pop(BLOCKING_ENV, None)
-    if blocking == "1":
-        env[BLOCKING_ENV] = "1"
+    env[BLOCKING_ENV] = "1" if blocking == "1" else "0"
     env.setdefault("GLOG_v", "3")  # MindSpore's C++ warnings would drown the table
     env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env

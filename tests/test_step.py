@@ -157,3 +157,58 @@ def test_step_with_flush_applies_a_partial_window_normalised_by_what_it_holds():
     assert accumulator.step(flush=True) is False    # an empty window: nothing to apply, nothing run
     assert int(accumulator.update_count) == 1 and int(accumulator.micro_step) == 0
     assert_states_close(optimizer_state(optimizer), reference_state("sgd", [data]))
+
+
+def test_step_reads_the_device_once_a_window_and_never_on_a_micro_step_that_applies_nothing(monkeypatch):
+    x, y = make_data(48)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, {0: 2, 1: 4})  # N read back from the device after each window
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    batches = split(x, y, [4] * 12)
+    assert [step(*batch) for batch in batches[:2]] == [False, True]  # compiled: from here on, count the reads
+    reads = []
+    for name in ("asnumpy", "__int__", "__bool__", "__float__", "item"):
+        original = getattr(Tensor, name)
+        monkeypatch.setattr(Tensor, name, lambda self, *args, _original=original, _name=name, **kwargs: (
+            reads.append(_name), _original(self, *args, **kwargs))[1])
+    per_micro_step = []
+    for batch in batches[2:]:
+        before = len(reads)
+        per_micro_step.append((step(*batch), len(reads) - before))
+    assert per_micro_step == [(False, 0), (False, 0), (False, 0), (True, 1)] * 2 + [(False, 0), (False, 0)]
+
+
+def test_a_restored_checkpoint_sets_the_hosts_count_of_the_window(tmp_path):
+    x, y = make_data(24)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    batches = split(x, y, [4] * 6)
+    assert [step(*batch) for batch in batches[:3]] == [False] * 3
+    path = str(tmp_path / "mid.ckpt")
+    save_checkpoint(path, net, optimizer, accumulator)
+
+    # A fresh accumulator counts from 0 on the host until the load tells it the window holds 3 micro-batches.
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 4)
+    load_checkpoint(path, net, optimizer, accumulator)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    assert [step(*batch) for batch in batches[3:]] == [True, False, False]
+
+
+def test_step_with_flush_applies_a_window_the_host_did_not_count():
+    # An epoch's short last micro-batch, added by the in-graph call, op by op: step() did not see it.
+    x, y = make_data(12)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    assert [step(*batch) for batch in split(x, y, [4, 4])] == [False, True]
+    accumulated_step(accumulator, grad_fn_for(net, optimizer), use_jit=False)(Tensor(x[8:]), Tensor(y[8:]))
+    assert accumulator.step(flush=True) is True
+    assert int(accumulator.update_count) == 2 and int(accumulator.micro_step) == 0
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x[:8], y[:8]), (x[8:], y[8:])]))
+    assert [step(*batch) for batch in split(x[:8], y[:8], [4, 4])] == [False, True]  # counting from 0 again

@@ -1,10 +1,10 @@
 """MindSpore's global settings for a run: device, execution mode and, under ``distributed``, the ranks."""
 import dataclasses
-import os
 
 import mindspore as ms
 from mindspore import communication
 
+from accumulator.runtime import block_on_cpu
 from training.errors import TrainingError
 
 
@@ -26,11 +26,7 @@ def configure_context(config):
         raise TrainingError(f"MindSpore {ms.__version__} cannot run on {config.device_target} here (not built "
                             f"for it, or its driver is missing); try --device-target CPU")
     if config.device_target == "CPU":
-        # MindSpore 2.10's asynchronous launch made graphs without control flow
-        # (the evaluation step, the window step) 3-8x slower on a 2-core CPU and
-        # never helped the accumulating step (scripts/benchmark.py measures both).
-        # Read when the first graph runs, so setting it here still takes effect.
-        os.environ.setdefault("MS_DEV_HOST_BLOCKING_RUN", "1")
+        block_on_cpu()  # as importing accumulator does, for a device chosen after that import
     # set_device (set_context(device_target=...) is deprecated in 2.10) refuses to run
     # once any kernel has run, even to repeat the current device: call it only to change.
     if ms.get_context("device_target") != config.device_target:
