@@ -1,4 +1,5 @@
 """training.checkpoints: per-epoch saves, exact resume, and the faults that must not lose a run."""
+import json
 import os
 import random
 import signal
@@ -148,3 +149,16 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
     for name in expected.keys() - {"history"}:  # the history's timings differ
         as_array = (lambda value: value) if isinstance(expected[name], str) else ms.Tensor.asnumpy
         np.testing.assert_array_equal(as_array(resumed[name]), as_array(expected[name]), err_msg=name)
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(tmp_path):
+    # train_lm.py's checkpoints from before --packing hold no "packing": those runs padded every sample.
+    from training.checkpoints import check_settings
+    from training.config import TrainConfig
+    settings = TrainConfig(tool_settings={"packing": False}).resume_settings()
+    path = str(tmp_path / "old.ckpt")
+    ms.save_checkpoint([], path, append_dict={"config": json.dumps(
+        {name: value for name, value in settings.items() if name != "packing"})})
+    check_settings(path, TrainConfig(tool_settings={"packing": False}))
+    with pytest.raises(TrainingError, match="--packing was False, now True"):
+        check_settings(path, TrainConfig(tool_settings={"packing": True}))

@@ -177,6 +177,10 @@ def save_epoch_checkpoint(run, config, epoch, history):
     return path
 
 
+# What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing.
+SETTINGS_BEFORE_THEY_EXISTED = {"packing": False}
+
+
 def check_settings(path, config):
     """Raises ``TrainingError`` if the checkpoint at ``path`` was taken with other resume settings than ``config``'s.
 
@@ -198,6 +202,7 @@ def check_settings(path, config):
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
     saved = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
+    saved = {**SETTINGS_BEFORE_THEY_EXISTED, **saved}
     changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
                for name, value in config.resume_settings().items() if saved.get(name) != value]
     if changed:
