@@ -9,7 +9,8 @@ statistics from the whole window), ``selfcheck`` (does accumulation equal
 the large batch on your net?), ``whole_batch`` (losses over the whole
 window, such as contrastive ones, made exact); ``checks``, ``files``,
 ``constants`` and ``layers`` are the argument checks, the atomic file
-write, the graphs' constants and the dropout/BatchNorm scan the rest shares;
+write, the graphs' constants and the dropout/BatchNorm scan the rest shares
+(not exported: the tools take the checks and the write from ``common``);
 ``runtime`` sets MindSpore's blocking launch on CPU when imported.
 """
 __version__ = "0.1.0"  # the one source: setup.py reads it from here
@@ -22,7 +23,6 @@ from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd, StepSchedulerPerUpdate
 from accumulator.distributed import WindowAllReduce
-from accumulator.files import unfinished_writes, write_atomically
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
@@ -32,4 +32,4 @@ from accumulator.window import make_window_step
 __all__ = ["Accumulator", "AccumulationTrainCell", "AllGatherRepresentations", "CheckpointMismatchError",
            "EquivalenceReport", "FlushAtEpochEnd", "NoiseScaleSchedule", "StepSchedulerPerUpdate", "WindowAllReduce",
            "as_schedule", "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step",
-           "make_window_step", "save_checkpoint", "training_state", "unfinished_writes", "write_atomically"]
+           "make_window_step", "save_checkpoint", "training_state"]

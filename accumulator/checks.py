@@ -1,4 +1,4 @@
-"""Argument checks shared by the library, the data, the models and the training tool.
+"""The library's argument checks; the data, the models and the training tools take them from ``common.checks``.
 
 Each returns the value in its plain Python type or raises ``ValueError``
 naming the argument and the value, so callers check before touching state.

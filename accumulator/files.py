@@ -1,4 +1,7 @@
-"""Writing a file so that a crash mid-write never leaves it half-written."""
+"""Writing a file so that a crash mid-write never leaves it half-written (the checkpoints of ``state``).
+
+The tools take these from ``common.files``.
+"""
 import os
 import re
 import tempfile

@@ -7,7 +7,7 @@ import mindspore.dataset as ds
 import numpy as np
 from mindspore.dataset import transforms, vision
 
-from accumulator.checks import boolean, positive_int
+from common.checks import boolean, positive_int
 from .download import staged_download
 from .idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir, validate_split
 

@@ -19,7 +19,7 @@ padding); ``targets`` is ``[rows, length]``, ``PAD`` at the padding.
 """
 import numpy as np
 
-from accumulator.checks import positive_int
+from common.checks import positive_int
 from data.tokens import PAD
 
 # The document id of a row's padding: no document, attended by nothing.

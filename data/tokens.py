@@ -7,7 +7,7 @@ handful of shapes instead of one per length (docs/your-project.md).
 """
 import numpy as np
 
-from accumulator.checks import positive_int
+from common.checks import positive_int
 
 PAD = 0
 

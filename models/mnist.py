@@ -1,7 +1,7 @@
 """A small dense classifier for MNIST and the loss it is trained with."""
 from mindspore import nn
 
-from accumulator.checks import positive_int
+from common.checks import positive_int
 
 LOSS_REDUCTIONS = ("mean", "sum", "none")
 

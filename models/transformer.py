@@ -14,7 +14,7 @@ import math
 import mindspore as ms
 from mindspore import mint, nn, ops
 
-from accumulator.checks import non_negative_int, positive_int
+from common.checks import non_negative_int, positive_int
 
 # Added to the scores of masked keys; finite, so an all-PAD row stays finite.
 MASKED_SCORE = -1e9

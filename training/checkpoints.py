@@ -13,7 +13,8 @@ import sys
 
 import mindspore as ms
 
-from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint, unfinished_writes
+from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
+from common.files import unfinished_writes
 from training.arguments import flag
 from training.errors import TrainingError
 from training.interrupts import deferred

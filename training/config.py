@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Optional
 
-from accumulator.checks import boolean, non_negative_int, positive_int
+from common.checks import boolean, non_negative_int, positive_int
 from training.optimizers import OPTIMIZERS
 
 DEVICES = ("CPU", "GPU", "Ascend")

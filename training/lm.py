@@ -17,7 +17,7 @@ from mindspore import nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
 import data.text  # read TINY_SHAKESPEARE_URL at call time, so tests can patch it
-from accumulator.checks import positive_int
+from common.checks import positive_int
 from data.download import write_text
 from data.mnist import Window, reading_order
 from data.packing import first_fit, pack_rows
