@@ -137,14 +137,26 @@ EAGER = [name for name in OPTIMIZERS if not name.startswith("mint")]
 
 @pytest.mark.parametrize("optimizer", ["mint.optim.SGD", "mint.optim.Adam"])
 def test_mint_optimizers_called_eagerly_leave_the_weights_as_they_were(optimizer):
-    """Why EAGER leaves mint.optim out: outside a compiled graph its update writes nothing (inside one, it does)."""
+    """Why EAGER leaves mint.optim out: outside a compiled graph its update writes nothing (inside one, it does).
+
+    A MindSpore defect: mint.optim.SGD's on 2.8 to 2.10, mint.optim.Adam's on 2.10 only (2.8 and 2.9 update
+    eagerly; 2.7's CPU has no eager Adam kernel); skipped where absent, told by what the release does
+    (docs/mindspore-behaviours.md#versions).
+    """
     net = nn.Dense(3, 2)
     before = net.weight.asnumpy().copy()
-    optimizer = OPTIMIZERS[optimizer](net.trainable_params())
+    name, optimizer = optimizer, OPTIMIZERS[optimizer](net.trainable_params())
     grads = tuple(ms.ops.ones_like(p) for p in optimizer.parameters)
-    optimizer(grads)
-    np.testing.assert_array_equal(net.weight.asnumpy(), before)
+    try:
+        optimizer(grads)
+    except RuntimeError as error:
+        pytest.skip(f"no eager {name} on this release and device (2.7's CPU): {str(error).splitlines()[0]}")
+    if not np.array_equal(net.weight.asnumpy(), before):
+        pytest.skip(f"the defect is absent from this release (2.8, 2.9 for Adam): eager {name} updates the weights")
     ms.jit(optimizer.construct)(grads)
+    if np.array_equal(net.weight.asnumpy(), before):
+        pytest.skip(f"compiled, {name} updates nothing either on this release (2.7's CPU): a MindSpore defect "
+                    "that leaves no way to run it (docs/mindspore-behaviours.md#versions)")
     assert np.abs(net.weight.asnumpy() - before).min() > 1e-4
 
 

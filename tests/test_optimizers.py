@@ -177,15 +177,22 @@ def test_an_lr_scheduler_stepped_per_applied_window_follows_the_large_batch(tmp_
 
 
 def test_mint_adam_run_eagerly_in_pynative_never_advances_its_step():
-    # MindSpore 2.10: Parameter.add_ outside a compiled graph leaves the Parameter as it was, and
-    # mint.optim.Adam counts its steps with it, so its bias correction stays the first step's. Not ours
-    # to fix: run mint.optim optimizers inside ms.jit or in GRAPH_MODE (docs/mindspore-behaviours.md).
+    # A MindSpore 2.10 defect, absent from 2.8 and 2.9: Parameter.add_ outside a compiled graph leaves the
+    # Parameter as it was, and mint.optim.Adam counts its steps with it, so its bias correction stays the first
+    # step's. Not ours to fix: run mint.optim optimizers inside ms.jit or in GRAPH_MODE, as the tests do, which
+    # counts on every release (docs/mindspore-behaviours.md#versions). Told by what the release does, not its version.
     ms.set_context(mode=ms.PYNATIVE_MODE)
     net = make_net()
     optimizer = mint.optim.Adam(net.trainable_params(), lr=0.01)
     grads = tuple(ops.ones_like(p) for p in optimizer.parameters)
+    try:
+        optimizer(grads)
+    except RuntimeError as error:
+        pytest.skip("the 2.10 defect needs an eager mint.optim.Adam; this release has none on this device "
+                    f"(MindSpore 2.7 on CPU: 'The kernel Muls unregistered'): {str(error).splitlines()[0]}")
     optimizer(grads)
-    optimizer(grads)
+    if float(optimizer.state_step.asnumpy()[0]) == 2.0:
+        pytest.skip("the 2.10 defect is absent from this release (2.8, 2.9): eager mint.optim.Adam counts its steps")
     assert float(optimizer.state_step.asnumpy()[0]) == 0.0
     ms.jit(optimizer.construct)(grads)
     assert float(optimizer.state_step.asnumpy()[0]) == 1.0
