@@ -37,7 +37,7 @@ def lm_config(lm_flags):
         >>> flags["synthetic"], flags["width"], config.batch_description()
         (True, 16, '8 x 4 = effective 32')
     """
-    from scripts.train_lm import parse_args
+    from training.lm_command import parse_args
     return parse_args(["--synthetic", *lm_flags])
 
 

@@ -441,7 +441,7 @@ def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU
 
     def draw(path):
         from benchmarks.plot import plot_end_to_end
-        return plot_end_to_end(rows, path)
+        return plot_end_to_end(rows, path, lambda row: f"{STEP_NAMES[row['step']]}: {PIPELINES[row['pipeline']]}")
 
     return finish(runs, rows, checks, json_path, settings, plot_path, draw)
 

@@ -57,19 +57,19 @@ def plot(rows, best, path):
     return True
 
 
-def plot_end_to_end(rows, path):
+def plot_end_to_end(rows, path, label):
     """Writes the end-to-end rows as bars of steady samples/s (ceilings in gray) to ``path`` (PNG).
 
-    Returns False, after a line on stderr, when matplotlib is not installed.
+    ``label(row)`` names a row's bar. Returns False, after a line on stderr,
+    when matplotlib is not installed.
 
     Example:
         >>> import os, tempfile
         >>> rows = [dict(step="micro", pipeline=name, samples_per_s=s) for name, s in (("tool", 9.0), ("ceiling", 10.0))]
         >>> path = os.path.join(tempfile.mkdtemp(), "e2e.png")
-        >>> plot_end_to_end(rows, path), os.path.getsize(path) > 0
+        >>> plot_end_to_end(rows, path, lambda row: row["pipeline"]), os.path.getsize(path) > 0
         (True, True)
     """
-    from benchmarks.end_to_end import PIPELINES, STEP_NAMES
     plt = _pyplot()
     if plt is None:
         return False
@@ -77,8 +77,7 @@ def plot_end_to_end(rows, path):
     figure, bars = plt.subplots(figsize=(9, 0.45 * len(shown) + 1.5))
     bars.barh(range(len(shown)), [row["samples_per_s"] for row in shown],
               color=["tab:gray" if row["pipeline"] == "ceiling" else "tab:blue" for row in shown])
-    bars.set_yticks(range(len(shown)), [f"{STEP_NAMES[r['step']]}: {PIPELINES[r['pipeline']]}" for r in shown],
-                    fontsize=8)
+    bars.set_yticks(range(len(shown)), [label(row) for row in shown], fontsize=8)
     for index, row in enumerate(shown):
         if "vs_ceiling" in row:
             bars.text(row["samples_per_s"], index, f" {row['vs_ceiling']:.2f}x", va="center", fontsize=8)

@@ -18,6 +18,7 @@ from helpers import run_msrun
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.checkpoints import save_epoch_checkpoint
 from training.lm import SYNTHETIC_MARKER
+from training.lm_command import build_parser
 from training.loop import build_run
 from training.task import toy_task
 
@@ -135,7 +136,7 @@ def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_pat
 
 
 def test_resume_help_names_every_flag_a_resume_refuses_to_change():
-    help_text = " ".join(train_lm.build_parser().format_help().split())
+    help_text = " ".join(build_parser().format_help().split())
     resume_help = help_text[help_text.index("--resume continue"):help_text.index("--overwrite start")]
     for name in ("batch-size", "accumulate-step", "lr", "optimizer", "seed", "shuffle", "drop-last",
                  "loss", "max-length", "packing", "width", "depth", "heads"):

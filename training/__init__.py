@@ -8,7 +8,7 @@ exact resume), ``records`` (printed lines, summary, JSON log, plot);
 ``interrupts`` turns Ctrl-C and SIGTERM into an exception that unwinds a
 run, ``context`` sets MindSpore's device and mode, ``optimizers`` maps
 names to optimizers, ``mnist`` and ``lm`` are the MNIST and language-model
-tasks, ``command`` the flags, checks and ending the tools share,
+tasks (``lm_command`` the language model's flags), ``command`` the flags, checks and ending the tools share,
 ``arguments`` the command-line types and flag spelling, ``errors`` the
 error a run reports to its user.
 """
