@@ -1,4 +1,4 @@
-"""The Accumulator equals the large batch, step for step."""
+"""The Accumulator equals the large batch, step for step: first two cases checkable by hand, then the comparisons."""
 import re
 
 import numpy as np
@@ -11,6 +11,46 @@ from helpers import (accumulated_step, assert_states_close, DoublingReducer, gra
                      make_data, make_net, make_optimizer, optimizer_state, OPTIMIZERS,
                      reduced_window_state, reference_state, split, sweep)
 
+
+class OneWeight(nn.Cell):
+    """A network that is one Parameter ``w``, zero: the tests hand the accumulator its gradients themselves."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(Tensor(np.zeros(1, np.float32)), name="w")
+
+
+def one_weight_sgd(accumulate_step):
+    """``(w, jitted accumulator(grads, count=None))`` for a OneWeight under SGD at learning rate 1."""
+    net = OneWeight()
+    accumulator = Accumulator(nn.SGD(net.trainable_params(), learning_rate=1.0), accumulate_step)
+
+    @ms.jit
+    def step(grads, count=None):
+        return accumulator(grads, count)
+
+    return net.w, step
+
+
+def gradient(value):
+    """``value`` as the gradient tuple of a OneWeight, mutable so that one compiled step takes every value."""
+    return ms.mutable((Tensor([value], ms.float32),))
+
+
+def test_gradients_1_2_3_4_in_a_window_of_4_move_the_weight_by_their_mean_2_5():
+    w, step = one_weight_sgd(accumulate_step=4)
+    applied = [bool(step(gradient(g))) for g in (1.0, 2.0, 3.0)]
+    assert applied == [False] * 3 and w.asnumpy().tolist() == [0.0]   # nothing moves inside the window
+    assert bool(step(gradient(4.0)))
+    assert w.asnumpy().tolist() == [-2.5]                               # 0 - 1 * (1 + 2 + 3 + 4) / 4
+
+
+def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
+    # Summed losses: one sample's gradient 2, then three samples' gradients summing to 12.
+    w, step = one_weight_sgd(accumulate_step=2)
+    assert not bool(step(gradient(2.0), Tensor(1.0, ms.float32)))
+    assert bool(step(gradient(12.0), Tensor(3.0, ms.float32)))
+    assert w.asnumpy().tolist() == [-3.5]                               # 0 - 1 * (2 + 12) / (1 + 3)
 
 @pytest.mark.parametrize("optimizer_name", OPTIMIZERS)
 @pytest.mark.parametrize("accumulate_step", sweep([4, 1, 2], fast=2))
