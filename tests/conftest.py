@@ -1,19 +1,17 @@
-"""Shared fixtures. pytest.ini puts the repository root on sys.path, so tests import its packages."""
+"""Shared fixtures. pytest.ini puts the repository root on sys.path, so tests import its packages.
+
+The MNIST fixtures import the tools when a test asks for them: the library's
+tests, which never do, import no tool.
+"""
 import mindspore as ms
 import pytest
-
-from data.idx import write_synthetic_mnist
-from training.config import TrainConfig
-from training.context import configure_context
-from training.loop import train
-from training.mnist import mnist_task
-from training.outputs import check_outputs
 
 SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
 
 
 def synthetic_folder(tmp_path_factory, name, n_train):
+    from data.idx import write_synthetic_mnist
     folder = str(tmp_path_factory.mktemp(name))
     write_synthetic_mnist(folder, n_train=n_train, n_test=SYNTHETIC_TEST, seed=0)
     return folder
@@ -55,6 +53,12 @@ def train_mnist_run():
     ``settings`` are ``TrainConfig`` fields; ``state`` holds every parameter
     of network and optimizer as numpy, by name.
     """
+    from training.config import TrainConfig
+    from training.context import configure_context
+    from training.loop import train
+    from training.mnist import mnist_task
+    from training.outputs import check_outputs
+
     def run(data_dir, **settings):
         config = configure_context(TrainConfig(**settings))
         check_outputs(config)

@@ -1,21 +1,29 @@
-"""Small nets, optimizers, reference runs, fast-path sweeps, an msrun launcher and a loopback web server for the tests."""
-import contextlib
-import functools
-import http.server
+"""Small nets, optimizers, reference runs, fast-path sweeps and an msrun launcher for the tests.
+
+The library's tests import this module alone, so it imports MindSpore, numpy,
+pytest and ``accumulator``, never the tools; ``tool_helpers`` holds what only
+the tools' tests need.
+"""
 import os
 import socket
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
+from mindspore.experimental import optim
 
 from accumulator import Accumulator
-from data.tokens import PAD, pad_batch, random_sequences
-from training.optimizers import OPTIMIZERS, make_optimizer as training_optimizer
+
+# The optimizers the library is tested with, by name: MindSpore's nn ones and
+# experimental.optim's AdamW, a new-style optimizer; the Adams take a tenth of
+# the learning rate and adamw decays by 0.1.
+OPTIMIZERS = {"sgd": lambda params, lr: nn.SGD(params, lr),
+              "momentum": lambda params, lr: nn.Momentum(params, lr, momentum=0.9),
+              "adam": lambda params, lr: nn.Adam(params, lr / 10),
+              "adamw": lambda params, lr: optim.AdamW(params, lr=lr / 10, weight_decay=0.1)}
 
 
 def sweep(cases, fast=1):
@@ -35,9 +43,8 @@ def make_net(seed=0):
 
 
 def make_optimizer(name, params, learning_rate=0.1):
-    """One of OPTIMIZERS; the Adams take a tenth of ``learning_rate``, adamw decays by 0.1."""
-    lr = learning_rate / 10 if name in ("adam", "adamw") else learning_rate
-    return training_optimizer(name, params, lr, weight_decay=0.1 if name == "adamw" else 0.0)
+    """The optimizer ``name`` of OPTIMIZERS over ``params``."""
+    return OPTIMIZERS[name](params, learning_rate)
 
 
 def make_data(samples, seed=0):
@@ -170,6 +177,7 @@ class Scale(nn.Cell):
 
 
 TOKEN_VOCAB = 11
+PAD = 0  # the token id that SummedTokenLoss leaves out
 
 
 class TokenNet(nn.Cell):
@@ -201,17 +209,31 @@ class SummedTokenLoss(nn.Cell):
 
 
 def token_windows(windows=2, accumulate_step=4, batch=2, seed=0):
-    """``windows`` lists of ``accumulate_step`` micro-batches of ``batch`` sequences, 3 to 14 tokens long."""
-    sequences = random_sequences(windows * accumulate_step * batch, TOKEN_VOCAB, min_length=3, max_length=14,
-                                 seed=seed)
-    micro_batches = [sequences[i:i + batch] for i in range(0, len(sequences), batch)]
-    return [micro_batches[i:i + accumulate_step] for i in range(0, len(micro_batches), accumulate_step)]
+    """``windows`` lists of ``accumulate_step`` micro-batches ``(inputs, targets)``: int32 Tensors of ``batch`` rows.
+
+    Each row holds 2 to 13 random next-token targets, then PAD; a micro-batch
+    is as wide as its longest row rounded up to 8, so micro-batches differ in
+    their tokens and in their widths.
+    """
+    rng = np.random.default_rng(seed)
+
+    def micro_batch():
+        lengths = rng.integers(2, 14, batch)
+        width = -(-int(lengths.max()) // 8) * 8
+        tokens = rng.integers(1, TOKEN_VOCAB, (batch, width + 1))
+        kept = np.arange(width) < lengths[:, None]
+        return tuple(Tensor(np.where(kept, shifted, PAD).astype(np.int32))
+                     for shifted in (tokens[:, :-1], tokens[:, 1:]))
+
+    return [[micro_batch() for _ in range(accumulate_step)] for _ in range(windows)]
 
 
-def padded(sequences):
-    """``sequences`` padded into one ``(inputs, targets)`` pair of int32 Tensors."""
-    inputs, targets = pad_batch(sequences)
-    return Tensor(inputs), Tensor(targets)
+def one_batch(micro_batches):
+    """``micro_batches`` of ``(inputs, targets)`` as one large batch, each padded with PAD to the widest."""
+    width = max(inputs.shape[1] for inputs, _ in micro_batches)
+    return tuple(Tensor(np.concatenate([np.pad(part.asnumpy(), ((0, 0), (0, width - part.shape[1])),
+                                               constant_values=PAD) for part in parts]))
+                 for parts in zip(*micro_batches))
 
 
 def token_large_batch_state(windows, optimizer_name):
@@ -230,20 +252,5 @@ def token_large_batch_state(windows, optimizer_name):
         optimizer(grad_fn(inputs, targets)[1])
 
     for window in windows:
-        step(*padded([sequence for micro_batch in window for sequence in micro_batch]))
+        step(*one_batch(window))
     return optimizer_state(optimizer)
-
-
-@contextlib.contextmanager
-def serving(folder):
-    """Serves ``folder`` over HTTP on a free loopback port for the block; yields its base address."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()

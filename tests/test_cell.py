@@ -11,7 +11,7 @@ from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 from accumulator import Accumulator, load_checkpoint
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
 from helpers import (SummedTokenLoss, TokenNet, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, padded, split, token_large_batch_state, token_windows)
+                     optimizer_state, split, token_large_batch_state, token_windows)
 
 EPOCHS = 2
 MICRO_BATCH = 4
@@ -135,7 +135,7 @@ def token_model_train(windows, counts, checkpoint_dir=None, resume_from=None):
     optimizer = make_optimizer("momentum", loss.net.trainable_params())
     accumulator = Accumulator(optimizer, len(windows[0]))
     cell = AccumulationTrainCell(loss if counts else MeanTokenLoss(loss), accumulator, counts=counts)
-    micro_batches = [padded(batch) for window in windows for batch in window]
+    micro_batches = [batch for window in windows for batch in window]
     dataset = ds.GeneratorDataset([(i.asnumpy(), t.asnumpy()) for i, t in micro_batches], ["inputs", "targets"],
                                   shuffle=False)
     callbacks = [FlushAtEpochEnd(cell)]
@@ -151,7 +151,7 @@ def token_model_train(windows, counts, checkpoint_dir=None, resume_from=None):
 
 def test_model_train_with_token_counts_equals_the_large_batch(tmp_path):
     windows = token_windows()
-    shapes = {tuple(padded(batch)[0].shape) for window in windows for batch in window}
+    shapes = {tuple(inputs.shape) for window in windows for inputs, _ in window}
     assert len(shapes) > 1   # micro-batches padded to different lengths
     expected = token_large_batch_state(windows, "momentum")
 

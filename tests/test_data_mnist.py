@@ -8,7 +8,7 @@ import pytest
 
 from data.idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir
 from data.mnist import MnistUnavailableError, ensure_mnist, mnist_dataset, mnist_windows
-from helpers import serving
+from tool_helpers import serving
 
 # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
 UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"

@@ -6,7 +6,7 @@ import pytest
 
 from data.text import (CORPUS_FILE, VOCAB_SIZE, TextUnavailableError, decode, encode, ensure_corpus, split_corpus,
                        split_samples, synthetic_text)
-from helpers import serving
+from tool_helpers import serving
 
 # Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
 UNREACHABLE_URL = "http://127.0.0.1:9/input.txt"

@@ -1,9 +1,10 @@
-"""The MNIST dense net and its loss."""
+"""The MNIST dense net and its loss; accumulation on it equals the large batch."""
 import numpy as np
 import pytest
 import mindspore as ms
 from mindspore import nn
 
+from accumulator import Accumulator, check_equivalence
 from models import MnistDenseNet, mnist_loss
 
 
@@ -75,3 +76,25 @@ def test_one_sgd_step_lowers_the_loss():
     optimizer(grads)
     after, _ = grad_fn(images, labels)
     assert float(after) < float(before)
+
+
+def test_the_mnist_net_with_a_summed_loss_and_counts_is_equivalent(mode):
+    # What train_mnist.py --check runs: batch 32 x 2, the gradient of a summed loss, sample counts.
+    ms.set_seed(0)
+    net = MnistDenseNet()
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    accumulator = Accumulator(optimizer, 2)
+    loss_fn = mnist_loss("sum")
+
+    def forward(x, y):
+        return loss_fn(net(x), y)
+
+    rng = np.random.default_rng(0)
+    images = rng.random((64, 1, 28, 28), np.float32)
+    labels = rng.integers(0, 10, 64).astype(np.int32)
+    window = [(ms.Tensor(images[part]), ms.Tensor(labels[part])) for part in (slice(0, 32), slice(32, 64))]
+    report = check_equivalence(ms.value_and_grad(forward, None, optimizer.parameters), window, accumulator,
+                               counts=[32, 32], network=net)
+    assert report.equivalent, report.summary()
+    assert report.max_rel_diff < 1e-5
+    assert report.param_bytes == 669_706 * 4

@@ -2,14 +2,13 @@
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import nn
 
 from accumulator import Accumulator, convert_batchnorm
 from accumulator.selfcheck import RTOL, check_equivalence
 from accumulator.state import training_state
 from helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
-                     padded, split, token_windows)
-from models.mnist import MnistDenseNet, mnist_loss
+                     PAD, one_batch, split, token_windows)
 
 # One buffer per parameter, plus a few scalar counters (5 of 4 bytes today): the bound on the rest.
 MAX_COUNTER_BYTES = 100
@@ -44,28 +43,6 @@ def test_mean_loss_on_even_micro_batches_is_equivalent(mode):
     assert report.param_bytes == (6 * 8 + 8 + 8 * 3 + 3) * 4
     assert 0 < report.state_bytes - report.param_bytes < MAX_COUNTER_BYTES
     assert "\n" not in str(report) and str(report) == report.summary()
-
-
-def test_the_mnist_net_with_a_summed_loss_and_counts_is_equivalent(mode):
-    # What train_mnist.py --check runs: batch 32 x 2, the gradient of a summed loss, sample counts.
-    ms.set_seed(0)
-    net = MnistDenseNet()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 2)
-    loss_fn = mnist_loss("sum")
-
-    def forward(x, y):
-        return loss_fn(net(x), y)
-
-    rng = np.random.default_rng(0)
-    images = rng.random((64, 1, 28, 28), np.float32)
-    labels = rng.integers(0, 10, 64).astype(np.int32)
-    window = [(Tensor(images[:32]), Tensor(labels[:32])), (Tensor(images[32:]), Tensor(labels[32:]))]
-    report = check_equivalence(ms.value_and_grad(forward, None, optimizer.parameters), window, accumulator,
-                               counts=[32, 32], network=net)
-    assert report.equivalent, report.summary()
-    assert report.max_rel_diff < 1e-5
-    assert report.param_bytes == 669_706 * 4 and 0 < report.state_bytes - report.param_bytes < MAX_COUNTER_BYTES
 
 
 def test_counts_with_a_summed_loss_on_uneven_micro_batches_are_equivalent(mode):
@@ -115,11 +92,10 @@ def test_token_batches_padded_to_their_own_lengths_check_against_the_batch_padde
     loss = SummedTokenLoss(TokenNet())
     accumulator = Accumulator(make_optimizer("sgd", loss.net.trainable_params()), 4)
     summed, mean = _token_grad_fns(loss, accumulator.optimizer.parameters)
-    window = token_windows(windows=1)[0]
-    micro_batches = [padded(batch) for batch in window]
+    micro_batches = token_windows(windows=1)[0]
     assert len({tuple(inputs.shape) for inputs, _ in micro_batches}) > 1
-    large_batch = padded([sequence for batch in window for sequence in batch])
-    counts = [float((targets.asnumpy() != 0).sum()) for _, targets in micro_batches]
+    large_batch = one_batch(micro_batches)
+    counts = [float((targets.asnumpy() != PAD).sum()) for _, targets in micro_batches]
     assert len(set(counts)) > 1
 
     report = check_equivalence(summed, micro_batches, accumulator, counts=counts, network=loss, large_batch=large_batch)

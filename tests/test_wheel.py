@@ -1,4 +1,7 @@
-"""The library as a user installs it: a wheel holding ``accumulator`` alone, importable and training in a clean venv."""
+"""The library as a user installs it: a wheel holding ``accumulator`` alone, importable and training in a clean venv.
+
+Its tests stand alone too: they import none of the tools beside it.
+"""
 import os
 import re
 import shutil
@@ -13,6 +16,11 @@ from accumulator import __version__
 from training.command import PYTHON_VERSIONS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS_DIR = os.path.join(REPO_ROOT, "tests")
+LIBRARY_TESTS = ("test_accumulator", "test_batchnorm", "test_buckets", "test_cell", "test_distributed", "test_noise",
+                 "test_optimizers", "test_precision", "test_safety", "test_schedule", "test_selfcheck", "test_state",
+                 "test_step", "test_whole_batch", "test_window")
+TOOLS = ("benchmarks", "common", "data", "models", "scripts", "tool_helpers", "training")
 # One window of 2 micro-batches from the installed package: the weights move once.
 ONE_WINDOW = """
 import os, sys
@@ -31,6 +39,16 @@ for _ in range(2):
 print(os.path.dirname(accumulator.__file__), accumulator.__version__, int(acc.update_count),
       not np.allclose(before, net.weight.asnumpy()))
 """
+
+
+def test_the_library_tests_import_no_tool():
+    code = (f"import sys; sys.path[:0] = [{REPO_ROOT!r}, {TESTS_DIR!r}]\n"
+            f"import conftest\n"
+            f"for name in {LIBRARY_TESTS!r}: __import__(name)\n"
+            f"print(sorted({{name.split('.')[0] for name in sys.modules}} & set({TOOLS!r})))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split("\n")[-2] == "[]"
 
 
 def test_setup_and_help_name_the_same_python_versions():

@@ -1,5 +1,4 @@
 """Whole-batch losses under accumulation: the window applies exactly the large batch's gradient."""
-import json
 import os
 
 import numpy as np
@@ -9,7 +8,6 @@ from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
-from benchmarks.whole_batch import run
 from helpers import run_msrun, sweep
 
 # Relative to each gradient tensor's largest element, as check_equivalence's RTOL.
@@ -248,14 +246,3 @@ def test_bad_input_gets_one_clear_line():
     accumulator.accumulate(tuple(ops.zeros_like(p) for p in net.trainable_params()))
     with pytest.raises(ValueError, match="already holds 1 micro-batches"):
         step([x, x])
-
-
-@pytest.mark.slow
-def test_benchmark_runs_with_tiny_sizes_and_writes_its_rows(tmp_path, capsys):
-    rows = run(micro_batches=(2,), micro_batch_size=4, width=8, depth=1, repeats=1,
-               json_path=str(tmp_path / "whole_batch.json"))
-
-    assert [row["method"] for row in rows] == ["large", "whole"]
-    assert all(row["samples"] == 8 and row["s_per_sample"] > 0 and row["peak_mb"] > 0 for row in rows)
-    assert json.loads((tmp_path / "whole_batch.json").read_text())["rows"] == rows
-    assert "whole batch     2      8" in capsys.readouterr().out
