@@ -53,9 +53,9 @@ class _WindowMoments:
 
     Across ranks the window's AllReduce only sums. M2s add up as they are,
     but the spread between the ranks' means needs the means: moments summed
-    about a common point (the moving mean, say) cancel catastrophically when
-    the data sit far from it (0 against 300 costs 3-8% of the variance in
-    float32, and AllReduce takes no float64). So each rank hands over its
+    about a common point (the moving mean, say) cancel catastrophically in
+    float32 when the data sit far from it, and AllReduce takes no float64
+    (docs/batchnorm.md#batchnorm says how much). So each rank hands over its
     count, shift and offset in its own row of otherwise zero ``[ranks, ...]``
     tensors: the sum gives every rank every rank's values, exactly (adding
     zeros rounds nothing), like an AllGather, for ``ranks * (2 C + 1)``

@@ -5,7 +5,7 @@ A model library may replace ``mindspore.ops.ones``/``ops.zeros`` at import
 float32 whatever dtype is asked): a counter built with ``ops.ones((),
 ms.int32)`` then turns float32 and the step fails to compile. So scalars
 are Tensors made here once, and ``ones`` is a ``Ones`` primitive of our own
-(see docs/mindspore-behaviours.md).
+(docs/mindspore-behaviours.md#libraries-may-patch-opsones-and-opszeros).
 """
 import mindspore as ms
 from mindspore import Tensor, ops

@@ -26,9 +26,8 @@ from accumulator.layers import active_dropouts, batch_statistics_norms
 # micro-batch, then across micro-batches); float32 rounds each sum by about
 # sqrt(B) * 1.2e-7 of its magnitude and by B * 1.2e-7 at worst, so 1e-4
 # (~1000 float32 epsilons) holds for batches of a thousand samples even in
-# the worst case. Measured: 2e-7 (16 samples) to 2.5e-6 (the MNIST net, 8 x
-# 1024 samples) for equivalent windows; 1e-2 or more for every non-equivalent
-# net in tests/test_selfcheck.py.
+# the worst case, and far below what a non-equivalent net shows
+# (docs/equivalence.md#does-accumulation-equal-the-large-batch-on-your-net).
 RTOL = 1e-4
 
 # Relative weights this close to the micro-batches' sizes are the sizes.
@@ -162,7 +161,8 @@ def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumul
     finally:
         _restore(saved)
     # The same batch twice: any difference is randomness, whatever op draws it.
-    # Twice: dropout masks repeat for each new input shape, so once can pass by chance (docs/mindspore-behaviours.md).
+    # Twice: dropout masks repeat for each new input shape, so once can pass by chance
+    # (docs/mindspore-behaviours.md#dropout-masks-repeat-for-each-new-input-shape).
     noise = _differences(second, first)[1]
     reference = _normalise(first, window, accumulator.reduction, counts, len(micro_batches))
     max_abs, max_rel = _differences(window, reference)

@@ -1,7 +1,7 @@
 """A whole accumulation window in one compiled call.
 
 One jitted call per micro-step costs a fixed host overhead each time
-(about 0.35 ms on the MNIST dense net). ``make_window_step`` compiles one
+(docs/performance.md#what-the-numbers-say). ``make_window_step`` compiles one
 call per window instead: forward, backward and the Accumulator's sum for
 every micro-batch in an in-graph ``while`` loop, the window counted once,
 then ``Accumulator.flush``. All the weighting, clipping, non-finite skipping,
@@ -17,7 +17,8 @@ from accumulator.accumulator import Accumulator
 from accumulator.constants import ZERO_FLOAT, ZERO_INT
 
 
-# Module-level helpers: lambdas in in-graph branches do not compile (docs/mindspore-behaviours.md).
+# Module-level helpers: lambdas in in-graph branches do not compile
+# (docs/mindspore-behaviours.md#lambdas-inside-in-graph-branches-do-not-compile).
 def _micro_batch(inputs, i):
     return [t[i] for t in inputs]
 
@@ -60,7 +61,8 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
     micro-steps and weight are counted once, after the loop, except what
     ``skip_nonfinite="micro_batch"`` keeps, which ``add`` tallies in the loop.
-    The losses are summed, not stored one by one: a write per micro-batch costs time (docs/mindspore-behaviours.md).
+    The losses are summed, not stored one by one: a write per micro-batch costs time
+    (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     ``last``: the final micro-batch ends the window and is the one
     ``track_noise=True`` samples, so it runs after the loop and its count,
     through ``accumulate(..., last=True)``.
@@ -83,7 +85,8 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
 
 
 def _jit_loop(grad_fn, accumulator, apply, last):
-    # Chosen in Python: a constant `if` in the graph's while loop miscompiled (docs/mindspore-behaviours.md).
+    # Chosen in Python: a constant `if` in the graph's while loop miscompiled
+    # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     if accumulator.skip_nonfinite == "micro_batch":
         add, count = _add_and_tally, _count_kept
     else:
@@ -118,12 +121,14 @@ def _as_counts(counts, micro_steps, accumulator):
     if counts.shape != (micro_steps,):
         raise ValueError(f"counts must hold one number per micro-batch, shape [{micro_steps}], "
                          f"got shape {list(counts.shape)}")
-    # One dtype, so int and float counts share a graph; a fresh array, never a view (docs/mindspore-behaviours.md).
+    # One dtype, so int and float counts share a graph; a fresh array, never a view
+    # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     return counts.astype(np.float32)
 
 
 def _variables(tensors):
-    # mutable(): a plain tuple would be a compile-time constant, recompiled per window (docs/mindspore-behaviours.md).
+    # mutable(): a plain tuple would be a compile-time constant, recompiled per window
+    # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     return ms.mutable(tuple(tensors))
 
 

@@ -240,12 +240,13 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch. What an epoch meets once, its short last
     micro-batch or short last window, runs op by op (``eager_step``, in
-    PyNative mode): each new shape would compile a graph (0.4-1.7 s on a
-    2-core CPU) for one call an epoch, where op by op takes a few
-    milliseconds. A partial last window is applied by ``run.flush``: in
-    graph mode the compiled call that applies full windows, which takes no
-    input and so no new shape. The arithmetic is the same either way. Losses are added on the host: adding Tensors would run
-    a MindSpore op per micro-batch outside the compiled step.
+    PyNative mode): each new shape would compile a graph for one call an
+    epoch, which costs far more than running it op by op
+    (docs/mnist-tool.md#flags). A partial last window is applied by
+    ``run.flush``: in graph mode the compiled call that applies full
+    windows, which takes no input and so no new shape. The arithmetic is
+    the same either way. Losses are added on the host: adding Tensors would
+    run a MindSpore op per micro-batch outside the compiled step.
 
     Example:
         >>> from training.config import TrainConfig
