@@ -1,4 +1,6 @@
 """The gradient accumulator: sum micro-batch gradients, update once per window."""
+import warnings
+
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
@@ -485,6 +487,7 @@ class Accumulator:
             >>> updates, int(accumulator.update_count)
             ([False, True, False, True], 2)
         """
+        counted = None
         if flush:
             # However the window was filled (an eager last micro-batch, say), it is empty after this call.
             self._position = 0
@@ -494,9 +497,13 @@ class Accumulator:
             self._position += 1
             if self._position < self._size:
                 return False
-            self._position = 0
+            counted, self._position = self._position, 0
         close, update = self._host_stages()
-        applied, self._size = close().asnumpy().tolist()  # the window's one read
+        applied, self._size, held = close().asnumpy().tolist()  # the window's one read
+        if counted is not None and held != counted:
+            warnings.warn(f"step() applied a window of {held} micro-batches where it counted {counted}: call it "
+                          "once after each accumulate(), and sync_position() after changing the state another way",
+                          stacklevel=2)
         if not applied:
             return False
         update()
@@ -509,11 +516,14 @@ class Accumulator:
         accumulator's state any other way between ``step()`` calls.
 
         Example:
-            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=4)
-            >>> _ = accumulator.micro_step.set_data(Tensor(3, ms.int32))     # as if 3 micro-batches were added
-            >>> _ = accumulator.weight_total.set_data(Tensor(3.0, ms.float32))
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
+            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
+            >>> for _ in range(3):        # added by the in-graph call, op by op: step() counted none
+            ...     _ = accumulator(grads)
             >>> accumulator.sync_position()
-            >>> accumulator.step()   # the 4th micro-batch of a window of 4: applied
+            >>> _ = accumulator.accumulate(grads)
+            >>> accumulator.step()        # the 4th micro-batch of a window of 4: applied
             True
         """
         self._position = int(self.micro_step)
@@ -762,9 +772,11 @@ class Accumulator:
         return applied
 
     def _close_on_host(self):
-        """``step()``'s first stage: closes a window that holds micro-batches; ``[applied, next N]``, int32."""
+        """``step()``'s first stage: closes a window that holds micro-batches; ``[applied, next N, held]``, int32."""
+        # Read before the close resets it: a kernel, as `* 1` is folded into a read of the reset Parameter.
+        held = ops.maximum(self.micro_step, ZERO_INT)
         applied = self._close_window()
-        return ops.stack((applied.astype(ms.int32), self.accumulate_step))
+        return ops.stack((applied.astype(ms.int32), self.accumulate_step, held))
 
     @property
     def noise_scale(self):
@@ -879,7 +891,7 @@ class Accumulator:
 # step()'s stages as Cells: a Cell compiles without running (Cell.compile), a jitted function cannot;
 # jitted in PyNative mode too, as a window applied op by op would gain nothing.
 class _CloseWindow(nn.Cell):
-    """Closes a window that holds micro-batches: ``[applied, next N]``, the buffers scaled for the update."""
+    """Closes a window that holds micro-batches: ``[applied, next N, held]``, the buffers scaled for the update."""
 
     def __init__(self, accumulator):
         super().__init__(auto_prefix=False)

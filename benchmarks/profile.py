@@ -151,19 +151,26 @@ def build_calls(net_spec, batch, accumulate, optimizer):
         plain_optimizer(grads)
         return loss
 
-    micro_optimizer, micro_grad = fresh()
-    accumulator = Accumulator(micro_optimizer, accumulate)
+    def accumulating():
+        optimizer, grad_fn = fresh()
+        accumulator = Accumulator(optimizer, accumulate)
 
-    @ms.jit
-    def micro(x, y):
-        loss, grads = micro_grad(x, y)
-        accumulator.accumulate(grads)
-        return loss
+        @ms.jit
+        def micro(x, y):
+            loss, grads = grad_fn(x, y)
+            accumulator.accumulate(grads)
+            return loss
+
+        return accumulator, micro
+
+    # Each its own: the micro-step alone never applies, and step() counts only the window's own micro-steps.
+    _, micro = accumulating()
+    accumulator, window_micro = accumulating()
 
     def window():
         for _ in range(accumulate):
-            micro(x, y)
-        accumulator.step()
+            window_micro(x, y)
+            accumulator.step()
 
     return dict(plain=(lambda: plain(x, y), 1), micro=(lambda: micro(x, y), 1), window=(window, accumulate))
 

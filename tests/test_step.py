@@ -212,3 +212,28 @@ def test_step_with_flush_applies_a_window_the_host_did_not_count():
     assert int(accumulator.update_count) == 2 and int(accumulator.micro_step) == 0
     assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x[:8], y[:8]), (x[8:], y[8:])]))
     assert [step(*batch) for batch in split(x[:8], y[:8], [4, 4])] == [False, True]  # counting from 0 again
+
+
+def test_a_window_that_holds_more_than_step_counted_is_applied_whole_and_said(recwarn):
+    # step() once per window of 2 accumulate() calls: it counts 1 per window, so the window it closes holds 4.
+    x, y = make_data(16)
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, 2)
+    grad_fn = grad_fn_for(net, optimizer)
+
+    @ms.jit
+    def micro_step(x, y):
+        accumulator.accumulate(grad_fn(x, y)[1])
+
+    updates = []
+    for pair in (split(x[:8], y[:8], [4, 4]), split(x[8:], y[8:], [4, 4])):
+        for batch in pair:
+            micro_step(*batch)
+        updates.append(accumulator.step())
+    assert updates == [False, True]
+    said = [str(w.message) for w in recwarn if str(w.message).startswith("step() applied a window")]
+    assert said == ["step() applied a window of 4 micro-batches where it counted 2: call it once after each "
+                    "accumulate(), and sync_position() after changing the state another way"]
+    # Nothing lost: the update is the mean over all four micro-batches.
+    assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))
