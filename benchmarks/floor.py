@@ -137,6 +137,8 @@ def make_apply_floor(optimizer):
 
     def apply():
         optimizer(buffers)
-        return _hyper_map(_clear, buffers)
+        _hyper_map(_clear, buffers)
+        # One scalar out, as step()'s calls return: each output a graph returns costs its own copy.
+        return buffers[0].sum()
 
     return ms.jit(apply), buffers
