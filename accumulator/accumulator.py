@@ -337,7 +337,7 @@ class Accumulator:
         # Set and cleared within one call (see _update_if_ready), so never checkpointed.
         self.ready = _state_parameter(False, ms.bool_, "ready")
         self._skips = bool(self.skip_nonfinite) or spike_factor is not None
-        self._stages = None  # step()'s two compiled calls (_CloseWindow, _UpdateWindow), made on first use
+        self._stages = None  # step()'s two compiled calls (_HostStage), made on first use
         # step()'s count of the window, kept on the host: a micro-step that applies nothing reads nothing
         # (docs/mindspore-behaviours.md#the-window-applied-from-the-host-two-calls-no-branch-no-read-per-micro-step).
         self._position = 0
@@ -563,7 +563,7 @@ class Accumulator:
 
     def _host_stages(self):
         if self._stages is None:
-            self._stages = (_CloseWindow(self), _UpdateWindow(self))
+            self._stages = (_HostStage(self, close=True), _HostStage(self, close=False))
         return self._stages
 
     def _count_one(self, count, kept):
@@ -902,25 +902,17 @@ class Accumulator:
 
 # step()'s stages as Cells: a Cell compiles without running (Cell.compile), a jitted function cannot;
 # jitted in PyNative mode too, as a window applied op by op would gain nothing.
-class _CloseWindow(nn.Cell):
-    """Closes a window that holds micro-batches: ``[applied, next N, held]``, the buffers scaled for the update."""
+class _HostStage(nn.Cell):
+    """``close``: closes a window that holds micro-batches, ``[applied, next N, held]``, the buffers scaled for
+    the update; otherwise hands the closed, applied window to the optimizer and clears it."""
 
-    def __init__(self, accumulator):
+    def __init__(self, accumulator, close):
         super().__init__(auto_prefix=False)
         self.accumulator = accumulator
+        self.close = close
 
     @ms.jit
     def construct(self):
-        return self.accumulator._close_on_host()
-
-
-class _UpdateWindow(nn.Cell):
-    """Hands a closed, applied window to the optimizer and clears it."""
-
-    def __init__(self, accumulator):
-        super().__init__(auto_prefix=False)
-        self.accumulator = accumulator
-
-    @ms.jit
-    def construct(self):
+        if self.close:  # a Python bool: decided when the graph is built
+            return self.accumulator._close_on_host()
         return self.accumulator._update()

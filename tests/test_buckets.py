@@ -123,6 +123,11 @@ def test_a_window_over_every_bucket_equals_the_plain_large_batch_update(kind):
     assert int(accumulator.update_count) == 2
 
 
+def _plantings():
+    """A NaN, then an Inf, in a parameter of each bucket in turn: ``(where, index, value)``."""
+    return [(f"{bucket}, {value}", index, value) for bucket, index in IN_EACH_BUCKET.items() for value in (np.nan, np.inf)]
+
+
 def _plant(grads, index, value):
     grads = [g.copy() for g in grads]
     grads[index].reshape(-1)[-1] = value
@@ -135,18 +140,15 @@ def test_a_nan_or_inf_in_any_bucket_skips_the_window(kind):
     accumulator = Accumulator(nn.SGD(params, 1.0), accumulate_step=2)
     micro_step = _driver(accumulator, kind)
     clean = _known_grads(2)
-    skipped = 0
-    for bucket, index in IN_EACH_BUCKET.items():
-        for value in (np.nan, np.inf):
-            before = _weights(params)
-            # The window closes and the optimizer does not run.
-            assert [micro_step(clean[0]), micro_step(_plant(clean[1], index, value))] == [False, False]
-            skipped += 1
-            assert int(accumulator.skipped_windows) == skipped, (bucket, value)
-            assert int(accumulator.micro_step) == 0 and int(accumulator.update_count) == 0
-            for name, got, expected in zip([name for name, _ in LAYOUT], _weights(params), before):
-                np.testing.assert_array_equal(got, expected, err_msg=f"{bucket}, {value}: {name}")
-            assert all(not b.asnumpy().any() for b in accumulator.buffers), (bucket, value)
+    for skipped, (where, index, value) in enumerate(_plantings(), start=1):
+        before = _weights(params)
+        # The window closes and the optimizer does not run.
+        assert [micro_step(clean[0]), micro_step(_plant(clean[1], index, value))] == [False, False]
+        assert int(accumulator.skipped_windows) == skipped, where
+        assert int(accumulator.micro_step) == 0 and int(accumulator.update_count) == 0
+        for name, got, expected in zip([name for name, _ in LAYOUT], _weights(params), before):
+            np.testing.assert_array_equal(got, expected, err_msg=f"{where}: {name}")
+        assert all(not b.asnumpy().any() for b in accumulator.buffers), where
     # A clean window after them all applies its mean, so nothing of the skipped ones stayed behind.
     before = _weights(params)
     assert [micro_step(clean[0]), micro_step(clean[1])] == [False, True]
@@ -161,18 +163,14 @@ def test_a_micro_batch_with_a_nan_or_inf_in_any_bucket_is_left_out_of_its_window
     accumulator = Accumulator(nn.SGD(params, 1.0), accumulate_step=3, skip_nonfinite="micro_batch")
     micro_step = _driver(accumulator, kind)
     clean = _known_grads(3)
-    dropped = 0
-    for bucket, index in IN_EACH_BUCKET.items():
-        for value in (np.nan, np.inf):
-            before = _weights(params)
-            bad = _plant(clean[1], index, value)
-            assert [micro_step(clean[0]), micro_step(bad), micro_step(clean[2])] == [False, False, True]
-            dropped += 1
-            assert int(accumulator.dropped_micro_batches) == dropped, (bucket, value)
-            # Applied, as the mean of the two micro-batches it kept.
-            for got, start, a, c in zip(_weights(params), before, clean[0], clean[2]):
-                np.testing.assert_allclose(got, start - (a + c) * np.float32(0.5), rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{bucket}, {value}")
+    for dropped, (where, index, value) in enumerate(_plantings(), start=1):
+        before = _weights(params)
+        bad = _plant(clean[1], index, value)
+        assert [micro_step(clean[0]), micro_step(bad), micro_step(clean[2])] == [False, False, True]
+        assert int(accumulator.dropped_micro_batches) == dropped, where
+        # Applied, as the mean of the two micro-batches it kept.
+        for got, start, a, c in zip(_weights(params), before, clean[0], clean[2]):
+            np.testing.assert_allclose(got, start - (a + c) * np.float32(0.5), rtol=1e-5, atol=1e-6, err_msg=where)
     assert int(accumulator.skipped_windows) == 0 and int(accumulator.update_count) == dropped
 
 

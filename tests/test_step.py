@@ -11,8 +11,8 @@ from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_da
                      optimizer_state, reference_state, split)
 
 
-def host_applied(accumulator, grad_fn, with_count=False):
-    """The README's recommended micro-step: accumulate in the graph, ``step()`` on the host."""
+def accumulating(accumulator, grad_fn, with_count=False):
+    """The README's recommended micro-step, jitted: ``accumulate`` in the graph, nothing applied."""
     if with_count:
         @ms.jit
         def micro_step(x, y, count):
@@ -25,12 +25,24 @@ def host_applied(accumulator, grad_fn, with_count=False):
             loss, grads = grad_fn(x, y)
             accumulator.accumulate(grads)
             return loss
+    return micro_step
+
+
+def host_applied(accumulator, grad_fn, with_count=False):
+    """The README's recommended step: ``accumulating``'s micro-step, then ``step()`` on the host."""
+    micro_step = accumulating(accumulator, grad_fn, with_count)
 
     def step(*inputs):
         micro_step(*inputs)
         return accumulator.step()
     return step
 
+def sgd_run(accumulate_step):
+    """make_net under SGD, an Accumulator of ``accumulate_step`` and its recommended step: ``(net, optimizer, accumulator, step)``."""
+    net = make_net()
+    optimizer = make_optimizer("sgd", net.trainable_params())
+    accumulator = Accumulator(optimizer, accumulate_step)
+    return net, optimizer, accumulator, host_applied(accumulator, grad_fn_for(net, optimizer))
 
 def test_step_equals_the_large_batch_and_applies_every_n_micro_steps():
     x, y = make_data(48)
@@ -161,10 +173,7 @@ def test_step_with_flush_applies_a_partial_window_normalised_by_what_it_holds():
 
 def test_step_reads_the_device_once_a_window_and_never_on_a_micro_step_that_applies_nothing(monkeypatch):
     x, y = make_data(48)
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, {0: 2, 1: 4})  # N read back from the device after each window
-    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    _, _, _, step = sgd_run({0: 2, 1: 4})  # N read back from the device after each window
     batches = split(x, y, [4] * 12)
     assert [step(*batch) for batch in batches[:2]] == [False, True]  # compiled: from here on, count the reads
     reads = []
@@ -181,31 +190,22 @@ def test_step_reads_the_device_once_a_window_and_never_on_a_micro_step_that_appl
 
 def test_a_restored_checkpoint_sets_the_hosts_count_of_the_window(tmp_path):
     x, y = make_data(24)
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 4)
-    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    net, optimizer, accumulator, step = sgd_run(4)
     batches = split(x, y, [4] * 6)
     assert [step(*batch) for batch in batches[:3]] == [False] * 3
     path = str(tmp_path / "mid.ckpt")
     save_checkpoint(path, net, optimizer, accumulator)
 
     # A fresh accumulator counts from 0 on the host until the load tells it the window holds 3 micro-batches.
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 4)
+    net, optimizer, accumulator, step = sgd_run(4)
     load_checkpoint(path, net, optimizer, accumulator)
-    step = host_applied(accumulator, grad_fn_for(net, optimizer))
     assert [step(*batch) for batch in batches[3:]] == [True, False, False]
 
 
 def test_step_with_flush_applies_a_window_the_host_did_not_count():
     # An epoch's short last micro-batch, added by the in-graph call, op by op: step() did not see it.
     x, y = make_data(12)
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 2)
-    step = host_applied(accumulator, grad_fn_for(net, optimizer))
+    net, optimizer, accumulator, step = sgd_run(2)
     assert [step(*batch) for batch in split(x, y, [4, 4])] == [False, True]
     accumulated_step(accumulator, grad_fn_for(net, optimizer), use_jit=False)(Tensor(x[8:]), Tensor(y[8:]))
     assert accumulator.step(flush=True) is True
@@ -217,14 +217,8 @@ def test_step_with_flush_applies_a_window_the_host_did_not_count():
 def test_a_window_that_holds_more_than_step_counted_is_applied_whole_and_said(recwarn):
     # step() once per window of 2 accumulate() calls: it counts 1 per window, so the window it closes holds 4.
     x, y = make_data(16)
-    net = make_net()
-    optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 2)
-    grad_fn = grad_fn_for(net, optimizer)
-
-    @ms.jit
-    def micro_step(x, y):
-        accumulator.accumulate(grad_fn(x, y)[1])
+    net, optimizer, accumulator, _ = sgd_run(2)
+    micro_step = accumulating(accumulator, grad_fn_for(net, optimizer))
 
     updates = []
     for pair in (split(x[:8], y[:8], [4, 4]), split(x[8:], y[8:], [4, 4])):
