@@ -286,6 +286,8 @@ def _train_window(run, window, batch_size, accumulate_step, counts):
         else:
             with _op_by_op():
                 losses.append(run.eager_step(inputs, labels, micro_count))
+            # Added, and maybe applied, outside Accumulator.step(): its count of the window is read back.
+            run.accumulator.sync_position()
     return sum(float(loss.asnumpy()) for loss in losses)
 
 
