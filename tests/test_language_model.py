@@ -6,8 +6,9 @@ loss and each micro-batch's token count the window's update is the large
 batch's; the mean of micro-batch means is measurably not.
 """
 import functools
+import glob
 import os
-import time
+import tempfile
 
 import numpy as np
 import mindspore as ms
@@ -303,19 +304,20 @@ EPOCH = random_sequences(24, VOCAB, min_length=5, max_length=40, seed=1)
 
 
 def compiles_during(calls):
-    """How many of ``calls`` (functions of no arguments, called in turn) compiled a graph.
+    """How many graphs ``calls`` (functions of no arguments, called in turn) compiled.
 
-    Told by time, the one sign every release shows: MindSpore's cache of compiled graphs is
-    internal and moved between releases (docs/mindspore-behaviours.md#versions). The first call
-    always compiles; a call that compiles takes 5 s here, one that reuses a graph 0.01-0.2 s, so a
-    call over a quarter of the slowest one compiled too.
+    Counted in the graphs MindSpore saves (``save_graphs``): each compile writes one
+    ``00_bootstrap_*.ir``, on every supported release, where its cache of compiled graphs is
+    internal and moved between releases (docs/mindspore-behaviours.md#versions).
     """
-    times = []
-    for call in calls:
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return sum(t > max(times) / 4 for t in times)
+    folder = tempfile.mkdtemp()
+    ms.set_context(save_graphs=1, save_graphs_path=folder)
+    try:
+        for call in calls:
+            call()
+    finally:
+        ms.set_context(save_graphs=0)
+    return len(glob.glob(os.path.join(folder, "**", "00_bootstrap_*.ir"), recursive=True))
 
 
 def micro_step_epoch(dynamic):
