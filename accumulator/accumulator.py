@@ -461,8 +461,8 @@ class Accumulator:
         The fastest way to drive the accumulator: the jitted micro-step adds
         the gradients without a branch (``accumulate(grads)``), and a full
         window is closed and applied here by two compiled calls of their own,
-        with no branch in either: the close (reduce, normalise, check,
-        policies, counters) returns whether the window is applied, and only
+        with no branch in either: the close (reduce, normalise, clip, check,
+        counters) returns whether the window is applied, and only
         then does the update (the optimizer and the clear) run. A
         data-dependent ``if`` in a graph costs every call, more with every
         tensor that crosses it (docs/mindspore-behaviours.md#every-if-in-a-graph-costs-each-call-taken-or-not).
