@@ -783,12 +783,37 @@ class Accumulator:
             return grads, factor
         return applied
 
-    def _close_on_host(self):
-        """``step()``'s first stage: closes a window that holds micro-batches; ``[applied, next N, held]``, int32."""
+    def end_window(self):
+        """``step()``'s first stage: closes a window that holds micro-batches, applying nothing yet.
+
+        Decides the window's fate (finite, not a spike), runs the policies'
+        ends of window and the counters, and scales the buffers for
+        ``apply_window``. Returns an int32 Tensor ``[applied, next N,
+        micro-batches held]``. ``step()`` calls both in compiled calls of
+        their own; call them yourself only to drive the window another way.
+
+        Example:
+            >>> net = nn.Dense(3, 1)
+            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
+            >>> _ = accumulator.accumulate(tuple(ops.ones_like(p) for p in net.trainable_params()))
+            >>> accumulator.end_window().asnumpy().tolist()    # applied, N, held
+            [1, 4, 1]
+            >>> bool(accumulator.apply_window()), int(accumulator.update_count)
+            (True, 1)
+        """
         # Read before the close resets it: a kernel, as `* 1` is folded into a read of the reset Parameter.
         held = ops.maximum(self.micro_step, ZERO_INT)
         applied = self._close_window()
-        return ops.stack((applied.astype(ms.int32), self.accumulate_step, held))
+        # `* 1`: op by op, Stack takes no Parameter; in a graph it reads N as the close left it.
+        return ops.stack((applied.astype(ms.int32), self.accumulate_step * 1, held))
+
+    def apply_window(self):
+        """``step()``'s second stage: hands a window ``end_window`` applied to the optimizer and clears it.
+
+        Returns a bool Tensor, True. Call it only when ``end_window`` said
+        applied; see ``end_window`` for the example.
+        """
+        return self._update()
 
     @property
     def noise_scale(self):
@@ -914,5 +939,5 @@ class _HostStage(nn.Cell):
     @ms.jit
     def construct(self):
         if self.close:  # a Python bool: decided when the graph is built
-            return self.accumulator._close_on_host()
-        return self.accumulator._update()
+            return self.accumulator.end_window()
+        return self.accumulator.apply_window()
