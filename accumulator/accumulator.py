@@ -757,6 +757,9 @@ class Accumulator:
             self.noise.close(extra[-4:], norm * norm, scale, applied)
         if self.loss_scaler is not None:
             self.loss_scaler.adjust(finite)
+        if self.schedule.fixed_step is None:
+            # Before the members' ends of window: they see the next window's N.
+            ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         start = 0
         for member in self.members:
             size = len(member.window_tensors())
@@ -777,8 +780,6 @@ class Accumulator:
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
-        if self.schedule.fixed_step is None:
-            ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         if not write_back:
             return grads, factor
         return applied
