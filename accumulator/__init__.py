@@ -22,14 +22,22 @@ block_on_cpu()  # before the first graph runs: MindSpore reads it then
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd, StepSchedulerPerUpdate
+from accumulator.clipping import ClipNorm
 from accumulator.distributed import WindowAllReduce
+from accumulator.loss_scaling import LossScaling
+from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
+from accumulator.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
+from accumulator.policy import Policy
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
+from accumulator.spikes import SkipSpikes
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from accumulator.whole_batch import AllGatherRepresentations, make_whole_batch_step
 from accumulator.window import make_window_step
 
-__all__ = ["Accumulator", "AccumulationTrainCell", "AllGatherRepresentations", "CheckpointMismatchError",
-           "EquivalenceReport", "FlushAtEpochEnd", "NoiseScaleSchedule", "StepSchedulerPerUpdate", "WindowAllReduce",
-           "as_schedule", "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step",
-           "make_window_step", "save_checkpoint", "training_state"]
+__all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "CheckpointMismatchError", "ClipNorm",
+           "EquivalenceReport", "FlushAtEpochEnd", "LossScaling", "NoiseFromEveryMicroBatch",
+           "NoiseFromLastMicroBatch", "NoiseScaleSchedule", "Policy", "SkipNonFiniteMicroBatches",
+           "SkipNonFiniteWindows", "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule",
+           "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
+           "save_checkpoint", "training_state"]

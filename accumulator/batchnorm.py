@@ -25,6 +25,7 @@ from mindspore.communication import GlobalComm, get_group_size, get_rank
 
 from accumulator.accumulator import Accumulator
 from accumulator.distributed import WindowAllReduce
+from accumulator.policy import Policy
 
 
 def _state(value, name):
@@ -39,7 +40,7 @@ def _blend(moving, value, momentum, update):
 
 
 @ms.jit_class
-class _WindowMoments:
+class _WindowMoments(Policy):
     """One layer's pooled moments over the window, attached to an Accumulator.
 
     Each rank keeps its part of the window as a count, a mean and M2 (the
@@ -85,9 +86,9 @@ class _WindowMoments:
     def normalize(self, x, gamma, beta):
         """The micro-batch ``x`` normalised with its own statistics, which join the window."""
         y = self.batch_norm(x, gamma, beta, self.batch_mean, self.batch_variance)[0]
-        return ops.depend(y, self.add(ops.stop_gradient(x)))
+        return ops.depend(y, self.add_batch(ops.stop_gradient(x)))
 
-    def add(self, x):
+    def add_batch(self, x):
         """Merges the micro-batch ``x``, whose statistics ``batch_norm`` has just written."""
         axes = (0,) + tuple(range(2, x.ndim))
         count = x.size // x.shape[1]
@@ -116,7 +117,7 @@ class _WindowMoments:
         column = self.row.reshape((-1, 1))
         return (self.row * self.count, column * self.shift, column * self.mean, self.m2)
 
-    def close_window(self, tensors, applied):
+    def close_window(self, tensors, window):
         counts, shifts, offsets, m2 = tensors
         total = counts.sum()
         counts = counts.reshape((-1, 1))
@@ -127,7 +128,7 @@ class _WindowMoments:
         # BatchNorm's moving variance is the unbiased one (n - 1), n the
         # values per channel; a layer that saw nothing this window keeps
         # its statistics (a count of 0 makes the values above NaN, never chosen).
-        update = ops.logical_and(applied, total > 0)
+        update = ops.logical_and(window["applied"], total > 0)
         _blend(self.moving_mean, reference + offset, self.momentum, update)
         _blend(self.moving_variance, m2 / (total - 1.0), self.momentum, update)
         for state in self.state_parameters():

@@ -31,45 +31,58 @@ batch buys little.
 import mindspore as ms
 from mindspore import Parameter, Tensor, ops
 
+from accumulator.checks import positive_int
 from accumulator.constants import ONE_FLOAT, ZERO_FLOAT
+from accumulator.policy import Policy
+from accumulator.sums import float32, on_cpu, squared_total
 
 # About the last twenty windows; both averages use it, so their bias
 # corrections cancel in the ratio.
 NOISE_DECAY = 0.95
+
+_hyper_map = ops.HyperMap()
 
 
 def _parameter(name, value=0.0):
     return Parameter(Tensor(value, ms.float32), name=f"accumulator.noise.{name}", requires_grad=False)
 
 
-@ms.jit_class
-class NoiseTracker:
-    """The window's sums for the noise scale, and their smoothed estimates.
+def _distance(factor, grad, buffer):
+    return float32(grad) - float32(buffer) * factor
 
-    Owned by an ``Accumulator(..., track_noise=...)``, which calls ``add``
-    for each sampled micro-batch, ``count`` for every micro-batch and
-    ``close`` once per window; read the result on the host with
-    ``noise_scale()`` and ``record()``. ``centered``: the samples are each
-    window's last micro-batch, as distances from the window's mean.
+
+@ms.jit_class
+class NoiseTracker(Policy):
+    """The window's sums for the noise scale, and their smoothed estimates; a policy that never changes the update.
+
+    Made by ``track_noise``: ``True`` gives ``NoiseFromLastMicroBatch``,
+    ``"micro_batch"`` ``NoiseFromEveryMicroBatch``; the accumulator's
+    ``noise`` is it. ``micro_batch_size``: samples per micro-batch, when
+    micro-batches come without counts. Read the result on the host with
+    ``noise_scale()`` and ``record()``.
 
     Attributes:
         squares: sum over the window's sampled micro-batches of |g_i|², or
-            when ``centered`` of |g_L - g_w|² (times the loss scale²).
-        inverse_sizes: sum of their 1 / b_i, or when ``centered`` of
-            1 / b_L - 1 / B.
+            from the last micro-batch |g_L - g_w|² (times the loss scale²).
+        inverse_sizes: sum of their 1 / b_i, or 1 / b_L - 1 / B.
         micro_batches: how many sampled micro-batches the sums hold.
         samples: sum of every kept micro-batch's b_i (B).
         trace, gradient: the exponential averages of tr(Σ) and |G|².
         windows: windows behind the averages.
 
     Example:
-        >>> tracker = NoiseTracker()
+        >>> tracker = NoiseFromLastMicroBatch()
         >>> tracker.noise_scale() is None, tracker.record()["windows"]
         (True, 0)
     """
 
-    def __init__(self, centered=False):
-        self.centered = centered
+    needs_norm = True
+    centered = False
+
+    def __init__(self, micro_batch_size=None):
+        self.micro_batch_size = None if micro_batch_size is None else positive_int(micro_batch_size,
+                                                                                  "micro_batch_size")
+        self.by_matmul = on_cpu()
         self.squares = _parameter("squares")
         self.inverse_sizes = _parameter("inverse_sizes")
         self.samples = _parameter("samples")
@@ -79,50 +92,59 @@ class NoiseTracker:
         self.windows = Parameter(Tensor(0, ms.int32), name="accumulator.noise.windows", requires_grad=False)
 
     def state_parameters(self):
-        """Every Parameter, for checkpoints."""
         return [self.squares, self.inverse_sizes, self.samples, self.micro_batches, self.trace, self.gradient,
                 self.windows]
-
-    def add(self, squared_norm, weight, kept):
-        """Adds one sampled micro-batch when ``kept`` (a bool Tensor).
-
-        ``squared_norm``: |g_i|², or with ``centered`` |g_L - g_w|²;
-        ``weight``: 1/b_i, or with ``centered`` 1/b_L - 1/B.
-        """
-        # select, not a product: a dropped micro-batch's NaN norm must not enter.
-        ops.assign_add(self.squares, ops.select(kept, squared_norm, ZERO_FLOAT))
-        ops.assign_add(self.inverse_sizes, ops.select(kept, ONE_FLOAT * weight, ZERO_FLOAT))
-        return ops.assign_add(self.micro_batches, kept.astype(ms.float32))
-
-    def count(self, samples):
-        """Adds ``samples`` (a float32 Tensor) to the window's B: every kept micro-batch's, sampled or not."""
-        return ops.assign_add(self.samples, samples)
 
     def window_tensors(self):
         """The window's sums, to be added up across devices with the gradient."""
         return (self.squares, self.inverse_sizes, self.samples, self.micro_batches)
 
-    def close(self, sums, window_squared_norm, scale, applied):
-        """Folds one window into the averages when ``applied`` and it has two batch sizes to compare.
+    def count(self, steps, weight, kept):
+        """Adds every kept micro-batch's samples to the window's B, sampled or not."""
+        self._size(weight)
+        samples = weight if weight is not None else kept.astype(ms.float32) * self.micro_batch_size
+        return ops.assign_add(self.samples, ops.cast(samples, ms.float32))
 
-        ``sums`` are ``window_tensors()`` (reduced across devices),
-        ``window_squared_norm`` T (unscaled), ``scale`` the loss scale the
-        squares still hold. Runs inside the Accumulator's window branch, so
-        it selects rather than branches.
-        """
-        squares, inverse_sizes, samples, micro_batches = sums
+    def _size(self, count):
+        """A micro-batch's samples: its ``count``, or ``micro_batch_size``; raised while the step compiles if neither."""
+        if count is None and self.micro_batch_size is None:
+            raise ValueError("track_noise needs each micro-batch's sample count: pass it as "
+                             "accumulator(grads, count) or set Accumulator(..., micro_batch_size=...)")
+        return self.micro_batch_size if count is None else ops.cast(count, ms.float32)
+
+    def _squared_norm(self, grads, count):
+        """|g|² of a micro-batch's mean gradient: a summed loss's gradient is count times it."""
+        squared = squared_total(self.by_matmul, grads)
+        if count is not None:
+            size = self._size(count)
+            squared = squared / (size * size)
+        return squared
+
+    def _sample(self, squared_norm, weight, kept):
+        # select, not a product: a dropped micro-batch's NaN norm must not enter.
+        ops.assign_add(self.squares, ops.select(kept, squared_norm, ZERO_FLOAT))
+        ops.assign_add(self.inverse_sizes, ops.select(kept, ONE_FLOAT * weight, ZERO_FLOAT))
+        return ops.assign_add(self.micro_batches, kept.astype(ms.float32))
+
+    def close_window(self, tensors, window):
+        """Folds the window into the averages when it is applied and has two batch sizes to compare."""
+        squares, inverse_sizes, samples, micro_batches = tensors
+        norm = window["norm"]
+        window_squared_norm = norm * norm
+        # The squares hold the loss scale², the norm does not.
+        unscale = window["unscale"]
         if self.centered:
             # Summed over devices: each device's distance over its spread.
             spread = inverse_sizes
-            trace = squares / (scale * scale * spread)
+            trace = squares * unscale * unscale / spread
         else:
             spread = inverse_sizes / micro_batches - 1.0 / samples
-            trace = (squares / (micro_batches * scale * scale) - window_squared_norm) / spread
+            trace = (squares * unscale * unscale / micro_batches - window_squared_norm) / spread
         gradient = window_squared_norm - trace / samples
         # One micro-batch of one size has no second batch size to compare
         # with: spread is 0 and the estimates are not numbers; with no
         # sampled micro-batch (a flushed partial window) they are 0 / 0.
-        usable = ops.logical_and(applied, spread > 0)
+        usable = ops.logical_and(window["applied"], spread > 0)
         ops.assign(self.trace, ops.select(usable, NOISE_DECAY * self.trace + (1 - NOISE_DECAY) * trace, self.trace))
         ops.assign(self.gradient, ops.select(usable, NOISE_DECAY * self.gradient + (1 - NOISE_DECAY) * gradient,
                                              self.gradient))
@@ -135,7 +157,7 @@ class NoiseTracker:
         """The bias-corrected averages of |G|² and tr(Σ) and the windows behind them, read on the host.
 
         Example:
-            >>> NoiseTracker().record()
+            >>> NoiseFromEveryMicroBatch().record()
             {'gradient_squared_norm': None, 'trace': None, 'windows': 0}
         """
         windows = int(self.windows)
@@ -150,3 +172,46 @@ class NoiseTracker:
         if int(self.windows) == 0 or float(self.gradient) <= 0:
             return None
         return float(self.trace) / float(self.gradient)
+
+
+@ms.jit_class
+class NoiseFromEveryMicroBatch(NoiseTracker):
+    """``track_noise="micro_batch"``: every micro-batch's squared norm, a read of its gradient per micro-step.
+
+    Less noisy than the last micro-batch alone, and the only way with one
+    micro-batch per window on each of several devices.
+
+    Example:
+        >>> tracker = NoiseFromEveryMicroBatch(micro_batch_size=4)
+        >>> _ = tracker.add((Tensor([3.0, 4.0]),), None, Tensor(True))
+        >>> float(tracker.squares), float(tracker.inverse_sizes)
+        (25.0, 0.25)
+    """
+
+    def add(self, flats, count, kept):
+        size = self._size(count)
+        return self._sample(self._squared_norm(flats, count), 1.0 / size, kept)
+
+
+@ms.jit_class
+class NoiseFromLastMicroBatch(NoiseTracker):
+    """``track_noise=True``: the window's last micro-batch, as its distance from the window's mean; once a window.
+
+    |g_L - g_w|² has the expectation tr(Σ) (1/b_L - 1/B): no |G|² in it to add noise.
+
+    Example:
+        >>> tracker = NoiseFromLastMicroBatch(micro_batch_size=2)
+        >>> _ = tracker.count(Tensor(2, ms.int32), None, Tensor(2, ms.int32))    # B = 4 samples
+        >>> _ = tracker.sample_last((Tensor([3.0]),), None, Tensor(True), (Tensor([4.0]),), Tensor(2.0))
+        >>> float(tracker.squares), float(tracker.inverse_sizes)    # (3 - 2)², 1/2 - 1/4
+        (1.0, 0.25)
+    """
+
+    centered = True
+
+    def sample_last(self, flats, count, kept, buffers, total):
+        size = self._size(count)
+        # The buffers times this are the window mean, on the scale of the micro-batch's grads.
+        factor = ops.cast(count, ms.float32) / total if count is not None else 1.0 / total
+        distance = _hyper_map(ops.partial(_distance, factor), flats, buffers)
+        return self._sample(self._squared_norm(distance, count), 1.0 / size - 1.0 / self.samples, kept)

@@ -28,6 +28,8 @@ from mindspore.communication import GlobalComm, get_rank
 
 from accumulator.accumulator import Accumulator
 from accumulator.layers import active_dropouts, batch_statistics_norms
+from accumulator.loss_scaling import LossScaling
+from accumulator.nonfinite import SkipNonFiniteMicroBatches
 
 
 
@@ -100,13 +102,13 @@ def _jit_representation_grads(loss_fn, accumulator):
     # Counts weigh each micro-batch under "mean", so the pieces become summed-loss
     # gradients: the accumulator's division by the window's samples cancels this factor.
     per_sample = accumulator.reduction == "mean"
-    loss_scaler = accumulator.loss_scaler
+    loss_scaling = accumulator.find(LossScaling)
 
     def scaled_loss(representations):
         loss = loss_fn(*representations)
         scaled = loss * representations[0].shape[0] if per_sample else loss
-        if loss_scaler is not None:
-            scaled = scaled * loss_scaler.scale_value
+        if loss_scaling is not None:
+            scaled = scaled * loss_scaling.scaler.scale_value
         return scaled, loss
 
     grad_fn = ms.value_and_grad(scaled_loss, 0, has_aux=True)
@@ -205,7 +207,7 @@ def make_whole_batch_step(encoder: Callable, loss_fn: Callable, accumulator: Acc
         raise TypeError(f"loss_fn must be a function of the window's representations, got {loss_fn!r}")
     if not isinstance(accumulator, Accumulator):
         raise TypeError(f"accumulator must be an accumulator.Accumulator, got {type(accumulator).__name__}")
-    if accumulator.skip_nonfinite == "micro_batch":
+    if accumulator.find(SkipNonFiniteMicroBatches) is not None:
         raise ValueError("make_whole_batch_step needs skip_nonfinite=True or False, got 'micro_batch': leaving out "
                          "one micro-batch's piece of the whole-window loss's gradient applies a gradient of nothing")
     if network is None and isinstance(encoder, nn.Cell):
@@ -217,10 +219,10 @@ def make_whole_batch_step(encoder: Callable, loss_fn: Callable, accumulator: Acc
 
     encode = _jit_encode(encoder)
     representation_grads = _jit_representation_grads(loss_fn, accumulator)
-    # Only track_noise=True samples the window's last micro-batch on its own (a second compile per shape).
+    # Only a policy that samples the window's last micro-batch (track_noise=True) needs it on its own (a second compile per shape).
     backward = _jit_backward(encoder, accumulator, last=False)
     backwards = {False: backward,
-                 True: _jit_backward(encoder, accumulator, last=True) if accumulator.track_noise is True else backward}
+                 True: _jit_backward(encoder, accumulator, last=True) if accumulator.hooks["sample_last"] else backward}
     flush = ms.jit(accumulator.flush)
     weighs = accumulator.reduction == "mean"
 

@@ -29,13 +29,9 @@ def _add(accumulator, grads, counts, i, tally):
 
 
 def _add_and_tally(accumulator, grads, counts, i, tally):
-    """Adds, and tallies the micro-steps (and counts) ``add`` kept: for ``skip_nonfinite="micro_batch"``."""
-    kept = accumulator.add(grads, None if counts is None else counts[i])
-    steps, weight = tally
-    steps = steps + kept.astype(ms.int32)
-    if counts is not None:
-        weight = weight + counts[i] * kept.astype(ms.float32)
-    return steps, weight
+    """Adds, and tallies the micro-steps (and counts) ``add`` kept: for a policy that may leave one out."""
+    count = None if counts is None else counts[i]
+    return accumulator.tally(tally, count, accumulator.add(grads, count))
 
 
 def _count(accumulator, micro_steps, counts, tally, last):
@@ -60,7 +56,7 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     fold into an unrolled loop (a shape-derived bound was also measured
     flat in MindSpore 2.10, but nothing promises it stays so). The window's
     micro-steps and weight are counted once, after the loop, except what
-    ``skip_nonfinite="micro_batch"`` keeps, which ``add`` tallies in the loop.
+    a ``keep`` policy (``skip_nonfinite="micro_batch"``) keeps, which ``add`` tallies in the loop.
     The losses are summed, not stored one by one: a write per micro-batch costs time
     (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     ``last``: the final micro-batch ends the window and is the one
@@ -87,7 +83,7 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
 def _jit_loop(grad_fn, accumulator, apply, last):
     # Chosen in Python: a constant `if` in the graph's while loop miscompiled
     # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
-    if accumulator.skip_nonfinite == "micro_batch":
+    if accumulator.hooks["keep"]:
         add, count = _add_and_tally, _count_kept
     else:
         add, count = _add, _count
@@ -217,9 +213,9 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
     # A host-side read of the window size would wait for the device every
     # call; only a fixed schedule's N is known up front.
     accumulate_step = accumulator.schedule.fixed_step
-    # Only track_noise=True reads the last micro-batch on its own; a loop
+    # Only a policy that samples the last micro-batch (track_noise=True) needs it on its own; a loop
     # body written twice costs compile time.
-    last = accumulator.track_noise is True
+    last = bool(accumulator.hooks["sample_last"])
     apply_loop = _jit_loop(grad_fn, accumulator, apply=True, last=last)
     add_loops = {False: _jit_loop(grad_fn, accumulator, apply=False, last=False),
                  True: _jit_loop(grad_fn, accumulator, apply=False, last=last)}

@@ -312,9 +312,9 @@ class WindowLog:
     def window_tensors(self):
         return (self.local,)
 
-    def close_window(self, tensors, applied):
+    def close_window(self, tensors, window):
         ops.assign(self.reduced, tensors[0])
-        ops.assign_add(self.applied, applied.astype(ms.int32))
+        ops.assign_add(self.applied, window["applied"].astype(ms.int32))
 
 
 def test_attached_members_ride_the_reducer_and_hear_of_every_window(mode):

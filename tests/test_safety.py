@@ -6,7 +6,7 @@ import pytest
 import mindspore as ms
 from mindspore import nn
 
-from accumulator import Accumulator
+from accumulator import Accumulator, SkipNonFiniteMicroBatches, SkipSpikes
 from helpers import (Scale, accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
                      make_optimizer, optimizer_state, reference_state, split, sweep)
 
@@ -210,7 +210,7 @@ def test_a_nonfinite_micro_batch_is_dropped_and_its_window_applies(mode, by_matm
     updated = [bool(step(ms.Tensor(np.full(2, g, np.float32)))) for g in (1.0, np.nan, 2.0, 3.0)]
     assert updated == [False, False, False, True]
     np.testing.assert_allclose(net.w.asnumpy(), [-2.0, -2.0])   # the mean of 1, 2 and 3
-    assert (int(accumulator.dropped_micro_batches), int(accumulator.skipped_windows)) == (1, 0)
+    assert (int(accumulator.find(SkipNonFiniteMicroBatches).dropped_micro_batches), int(accumulator.skipped_windows)) == (1, 0)
 
 
 def test_a_dropped_micro_batch_takes_its_count_with_it():
@@ -230,7 +230,7 @@ def test_a_window_that_kept_no_micro_batch_is_skipped(reduction):
     assert updated == [False, False, False, True]
     total = 1.0 if reduction == "mean" else 2.0
     np.testing.assert_allclose(net.w.asnumpy(), [-total, -total])
-    assert (int(accumulator.dropped_micro_batches), int(accumulator.skipped_windows)) == (2, 1)
+    assert (int(accumulator.find(SkipNonFiniteMicroBatches).dropped_micro_batches), int(accumulator.skipped_windows)) == (2, 1)
 
 
 def test_the_window_step_drops_a_nonfinite_micro_batch_too():
@@ -245,7 +245,7 @@ def test_the_window_step_drops_a_nonfinite_micro_batch_too():
     _, updated = window_step([(ms.Tensor(np.full(2, 2.0, np.float32)),), (ms.Tensor(np.full(2, np.nan, np.float32)),),
                               (ms.Tensor(np.full(2, 6.0, np.float32)),)], counts=[1, 5, 3])
     np.testing.assert_allclose(net.w.asnumpy(), [-4.0, -4.0])   # -2 - (2 + 6) / (1 + 3)
-    assert int(accumulator.dropped_micro_batches) == 2
+    assert int(accumulator.find(SkipNonFiniteMicroBatches).dropped_micro_batches) == 2
 
 
 def test_a_spike_window_is_skipped_and_kept_out_of_the_running_mean(mode):
@@ -256,7 +256,7 @@ def test_a_spike_window_is_skipped_and_kept_out_of_the_running_mean(mode):
     updated = [bool(step(ms.Tensor(np.full(2, g / np.sqrt(2), np.float32)))) for g in norms]
     assert updated == [True] * 12 + [False, True]
     assert (int(accumulator.update_count), int(accumulator.skipped_windows)) == (13, 1)
-    np.testing.assert_allclose(float(accumulator.norm_average) / (1 - 0.9 ** 13), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(float(accumulator.find(SkipSpikes).norm_average) / (1 - 0.9 ** 13), 1.0, rtol=1e-5)
     np.testing.assert_allclose(net.w.asnumpy(), [-13 / np.sqrt(2)] * 2, rtol=1e-5)
 
 

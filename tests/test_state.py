@@ -8,7 +8,7 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from accumulator import Accumulator
+from accumulator import Accumulator, LossScaling
 from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from helpers import grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, sweep
 
@@ -91,7 +91,7 @@ def test_resume_continues_bit_identically(tmp_path, saved_at):
 
 def test_checkpoint_holds_network_optimizer_and_accumulator_state(tmp_path):
     net, optimizer, accumulator, step = build_run(loss_scaler=ms.amp.DynamicLossScaler(2.0 ** 8, 2, 10))
-    names = set(training_state(net, optimizer, accumulator, accumulator.loss_scaler))
+    names = set(training_state(net, optimizer, accumulator, accumulator.find(LossScaling).scaler))
     assert {"0.weight", "moment1.0.weight", "global_step", accumulator.buffers[0].name,
             "accumulator.micro_step", "accumulator.accumulate_step", "loss_scaler.scale_value"} <= names
     assert accumulator.buffers[0].name.startswith("accumulator.0.weight")

@@ -175,7 +175,7 @@ def _last(accumulator):
     two graphs without one. The branch was no slower per micro-step and
     saves a compile (docs/language-model-tool.md, Speed).
     """
-    if accumulator.track_noise is not True:
+    if not accumulator.hooks["sample_last"]:
         return None
     return ms.Tensor(int(accumulator.micro_step) + 1 >= int(accumulator.accumulate_step))
 

@@ -1,0 +1,93 @@
+"""Whole-window sums in graph code: the total, the squared norm and the finiteness of a tuple of Tensors.
+
+On CPU they are taken by MatMul, which beats ReduceSum there
+(docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul); elsewhere by plain sums and
+``ms.amp.all_finite``, which reads the device's own overflow status.
+"""
+import mindspore as ms
+from mindspore import ops
+
+from accumulator.constants import ones
+
+_hyper_map = ops.HyperMap()
+
+
+def on_cpu():
+    """True when the sums take MatMul: on CPU only (Ascend may run a float32 MatMul in float16, where squares overflow).
+
+    Example:
+        >>> on_cpu()
+        True
+    """
+    return ms.get_context("device_target") == "CPU"
+
+
+def float32(tensor):
+    """``tensor`` in float32, cast only when it is not (a Cast to the same dtype is still a kernel)."""
+    return tensor if tensor.dtype == ms.float32 else tensor.astype(ms.float32)
+
+
+def _square(tensor):
+    tensor = float32(tensor)
+    return tensor * tensor
+
+
+def _plain_sum(tensor):
+    return float32(tensor).sum()
+
+
+def _row_width(size):
+    """The widest of 64, 32, ..., 2 that divides ``size``: a flat bucket's rows for ``_row_sums``; 1 if none."""
+    for width in (64, 32, 16, 8, 4, 2):
+        if size % width == 0:
+            return width
+    return 1
+
+
+def _row_sums(tensor):
+    """A column of partial sums by MatMul: a matrix's row sums, a flat bucket's as rows of up to 64."""
+    tensor = float32(tensor)
+    if tensor.ndim < 2:
+        width = _row_width(tensor.size)
+        if width == 1:
+            return ops.matmul(tensor.reshape((1, -1)), ones((tensor.size, 1)))
+        # Rows, not one (1, size) row: that MatMul is 3x slower (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+        return ops.matmul(tensor.reshape((-1, width)), ones((width, 1)))
+    rows = tensor.reshape((tensor.shape[0], -1))
+    return ops.matmul(rows, ones((rows.shape[1], 1)))
+
+
+def total(by_matmul, tensors):
+    """The float32 sum of every element of ``tensors``, a 0-d Tensor.
+
+    Example:
+        >>> float(total(True, (ms.Tensor([[1.0, 2.0]]), ms.Tensor([3.0]))))
+        6.0
+    """
+    if not by_matmul:
+        return ops.addn(_hyper_map(_plain_sum, tensors))
+    column = ops.concat(_hyper_map(_row_sums, tensors))
+    return ops.matmul(ones((1, column.shape[0])), column).reshape(())
+
+
+def squared_total(by_matmul, tensors):
+    """The float32 sum of squares of every element of ``tensors``: their squared global norm.
+
+    Example:
+        >>> float(squared_total(True, (ms.Tensor([3.0]), ms.Tensor([[4.0]]))))
+        25.0
+    """
+    return total(by_matmul, _hyper_map(_square, tensors))
+
+
+def all_finite(by_matmul, tensors):
+    """A bool Tensor, True when no element of ``tensors`` is NaN or Inf.
+
+    Example:
+        >>> bool(all_finite(True, (ms.Tensor([1.0, float("nan")]),)))
+        False
+    """
+    if not by_matmul:
+        return ms.amp.all_finite(tensors)
+    # Any NaN or Inf makes the sum NaN or Inf; a float32 sum of finite values only overflows beyond 3e38.
+    return ops.isfinite(total(True, tensors))
