@@ -3,7 +3,9 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
+from accumulator import buffers
 from accumulator.buckets import Buckets
+from accumulator.checks import grads_match
 from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT
 from accumulator.host_step import HostStep
 from accumulator.noise import NoiseTracker
@@ -19,54 +21,6 @@ FLOAT_DTYPES = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
 # nn's optimizers, and the PyTorch-style experimental.optim ones that mint.optim's subclass too.
 OPTIMIZERS = (nn.Optimizer, NewOptimizer)
 
-_hyper_map = ops.HyperMap()
-_mul_no_nan = ops.MulNoNan()
-
-
-# Module-level helpers: lambdas in in-graph branches do not compile
-# (docs/mindspore-behaviours.md#lambdas-inside-in-graph-branches-do-not-compile).
-def _add_into(buffer, grad):
-    return ops.assign_add(buffer, grad)
-
-
-def _times(factor, grad):
-    """``grad * factor`` with 0 wherever ``factor`` is 0, even where ``grad`` is NaN or Inf."""
-    if grad.dtype != ms.float32:
-        factor = factor.astype(grad.dtype)
-    if grad.dtype == ms.bfloat16:  # MulNoNan has no bfloat16 kernel on CPU
-        return ops.where(factor != 0, grad * factor, ops.zeros_like(grad))
-    # MulNoNan, not where(factor != 0, ...): no zeros or mask tensors (docs/performance.md#memory).
-    return _mul_no_nan(grad, factor)
-
-
-def _add_if(keep, buffer, grad):
-    # A multiply by the 0/1 ``keep``, not a branch (docs/mindspore-behaviours.md#every-if-in-a-graph-costs-each-call-taken-or-not).
-    return ops.assign_add(buffer, _times(keep, grad))
-
-
-def _cast_like(param, buffer):
-    return buffer.astype(param.dtype)
-
-
-def _scaled(factor, grad):
-    if grad.dtype != ms.float32:
-        factor = factor.astype(grad.dtype)
-    return grad * factor
-
-
-def _clear(buffer):
-    # Assign zeros, not `buffer * 0`: NaN * 0 stays NaN.
-    return ops.assign(buffer, ops.zeros_like(buffer))
-
-
-def _assign(buffer, value):
-    return ops.assign(buffer, value)
-
-
-def _scale_into(factor, buffer, grad):
-    return ops.assign(buffer, _times(factor, grad))
-
-
 def _product(factor, other):
     if other is None:
         return factor
@@ -79,85 +33,98 @@ def _sum_dtype(param_dtype, accumulate_dtype):
     return ms.float32 if param_dtype in LOW_PRECISION else param_dtype
 
 
+def _check_arguments(optimizer, reduction, grad_reducer, accumulate_dtype):
+    if not isinstance(optimizer, OPTIMIZERS):
+        raise TypeError("optimizer must be a mindspore.nn.Optimizer or a mindspore.experimental.optim "
+                        f"(or mint.optim) Optimizer, got {type(optimizer).__name__}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if grad_reducer is not None and not callable(grad_reducer):
+        raise TypeError(f"grad_reducer must be callable, got {grad_reducer!r}")
+    if accumulate_dtype is not None and accumulate_dtype not in FLOAT_DTYPES:
+        raise ValueError(f"accumulate_dtype must be None or one of {[str(d) for d in FLOAT_DTYPES]}, "
+                         f"got {accumulate_dtype}")
+
+
 def _state_parameter(value, dtype, name):
     return Parameter(Tensor(value, dtype), name=f"accumulator.{name}", requires_grad=False)
+
+
+def _reduced(grads, total, closing, grad_reducer):
+    """The window's sums, its weight and each closing policy's tensors, reduced across devices when asked."""
+    tensors = [policy.window_tensors() for policy in closing]
+    if grad_reducer is not None:
+        extra = ()
+        for own in tensors:
+            extra = extra + own
+        reduced = grad_reducer(tuple(grads) + extra + (total,))
+        grads, total = reduced[:len(grads)], reduced[-1]
+        start, parts = len(grads), ()
+        for own in tensors:
+            parts = parts + (reduced[start:start + len(own)],)
+            start = start + len(own)
+        tensors = parts
+    return grads, total, tensors
+
+
+def _summary(needs, by_matmul, grads, factor, total, unscale, nonempty):
+    """The window summary the policies read (``accumulator.policy``): each value computed once, if asked for."""
+    window = {"total": total, "unscale": unscale, "nonempty": nonempty}
+    norm = None
+    if needs["norm"]:
+        # Any NaN or Inf makes the norm NaN or Inf, so on CPU it is the finiteness check too.
+        norm = ops.sqrt(squared_total(by_matmul, grads))
+        window["norm"] = norm if factor is None else norm * factor
+    if needs["finite"]:
+        window["finite"] = ops.isfinite(window["norm"]) if by_matmul and norm is not None else all_finite(by_matmul,
+                                                                                                          grads)
+    return window
 
 
 @ms.jit_class
 class Accumulator:
     """Sums micro-batch gradients and runs ``optimizer`` once per window.
 
-    Call it with each micro-batch's gradients inside your jitted train step
-    (or ``accumulate`` there and ``step()`` on the host). When the window is
-    full it is closed once: reduced across devices, normalised, summarised
-    (norm, finiteness), scaled by the policies' factors, applied unless a
-    policy's gate says skip, and cleared. Compute the loss as for one batch:
-    with ``reduction="mean"`` the accumulator divides once per window.
+    Call it with each micro-batch's gradients in your jitted step (or ``accumulate`` there and
+    ``step()`` on the host). A full window is closed once: reduced, normalised, summarised, scaled
+    by the policies' factors, applied unless a gate skips it, and cleared. With ``reduction="mean"``
+    it is divided by its micro-steps, or by the sum of the ``count``s of a summed loss.
 
     Args:
-        optimizer: a ``mindspore.nn.Optimizer``, or a ``mindspore.experimental.optim``
-            / ``mindspore.mint.optim`` one; it runs once per window.
-        accumulate_step: N, micro-batches per window: an int, a dict
-            ``{update_count: N}``, a callable or a ``NoiseScaleSchedule``
-            (``accumulator.schedule``); N changes only between windows.
-        reduction: ``"mean"`` divides the window's sum by its micro-steps, or
-            by the sum of the counts passed; ``"sum"`` applies the raw sum.
-        grad_reducer: a callable run once per window on the window's tensors
-            (its weight last), before normalising (``accumulator.distributed``).
-        accumulate_dtype: the sums' dtype; ``None`` sums float16 and bfloat16
-            gradients in float32 and every other in its parameter's dtype.
-        clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup,
-            track_noise, micro_batch_size: keywords for the common policies
-            (``accumulator.options``): ``ClipNorm``, ``SkipNonFiniteWindows``
-            (``True``, the default) or ``SkipNonFiniteMicroBatches``
-            (``"micro_batch"``), ``LossScaling``, ``SkipSpikes``,
-            ``NoiseFromLastMicroBatch`` (``True``) or ``NoiseFromEveryMicroBatch``.
+        optimizer: an ``nn.Optimizer``, or an ``experimental.optim`` / ``mint.optim`` one.
+        accumulate_step: N: an int, a dict ``{update_count: N}``, a callable
+            or a ``NoiseScaleSchedule`` (``accumulator.schedule``).
+        reduction: ``"mean"`` or ``"sum"`` (the raw sum).
+        grad_reducer: run on the window's tensors once per window (``accumulator.distributed``).
+        accumulate_dtype: the sums' dtype; ``None``: float32 for 16-bit parameters, else theirs.
+        clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup, track_noise,
+            micro_batch_size: the common policies' keywords (``accumulator.options``).
         policies: more policies (``accumulator.policy``), after the keywords'.
 
     Attributes:
-        buffers: the window's running sum, in flat buckets (``accumulator.buckets``).
+        buffers: the window's sums, in flat buckets (``accumulator.buckets``).
         accumulate_step, micro_step, weight_total, update_count, skipped_windows:
-            Parameters: N of this window, micro-batches added, the mean's
-            divisor, windows applied, windows a gate skipped.
-        policies: the policies in the order their hooks run; ``noise`` the
-            noise tracker among them, or None.
+            Parameters: N, micro-batches added, the mean's divisor, windows applied and skipped.
+        policies: in the order their hooks run; ``noise``: the noise tracker, or None.
 
-    Example:
-        >>> import numpy as np
-        >>> net = nn.Dense(3, 1)
-        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
-        >>> def make_train_step(net, accumulator):
-        ...     def forward(x):
-        ...         return net(x).sum()
-        ...     grad_fn = ms.value_and_grad(forward, None, accumulator.optimizer.parameters)
+    Example: gradients 1, 2, 3, 4 in windows of 2, SGD at learning rate 1: the means 1.5 and 3.5 apply.
+        >>> w = Parameter(Tensor([0.0]), name="w")
+        >>> accumulator = Accumulator(nn.SGD([w], 1.0), accumulate_step=2)
+        >>> def make_train_step(accumulator):
         ...     @ms.jit
-        ...     def train_step(x):
-        ...         loss, grads = grad_fn(x)
-        ...         return loss, accumulator(grads)
+        ...     def train_step(grad):
+        ...         return accumulator((grad,))
         ...     return train_step
-        >>> train_step = make_train_step(net, accumulator)
-        >>> [bool(train_step(Tensor(np.ones((4, 3), np.float32)))[1]) for _ in range(4)]
-        [False, True, False, True]
-
-    For micro-batches of different sizes, take the gradient of a summed
-    loss and pass each one's sample count, ``accumulator(grads, count)``:
-    the update uses ``sum(grads) / sum(counts)``, the large batch's mean.
+        >>> train_step = make_train_step(accumulator)
+        >>> [bool(train_step(Tensor([g]))) for g in (1.0, 2.0, 3.0, 4.0)], w.asnumpy()
+        ([False, True, False, True], array([-5.], dtype=float32))
     """
 
     def __init__(self, optimizer, accumulate_step=1, reduction="mean", clip_norm=None,
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
                  spike_factor=None, spike_warmup=10, track_noise=False, micro_batch_size=None, policies=()):
-        if not isinstance(optimizer, OPTIMIZERS):
-            raise TypeError("optimizer must be a mindspore.nn.Optimizer or a mindspore.experimental.optim "
-                            f"(or mint.optim) Optimizer, got {type(optimizer).__name__}")
+        _check_arguments(optimizer, reduction, grad_reducer, accumulate_dtype)
         self.schedule = as_schedule(accumulate_step)
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if grad_reducer is not None and not callable(grad_reducer):
-            raise TypeError(f"grad_reducer must be callable, got {grad_reducer!r}")
-        if accumulate_dtype is not None and accumulate_dtype not in FLOAT_DTYPES:
-            raise ValueError(f"accumulate_dtype must be None or one of {[str(d) for d in FLOAT_DTYPES]}, "
-                             f"got {accumulate_dtype}")
         chosen = keyword_policies(reduction, clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup,
                                   track_noise, micro_batch_size) + list(policies)
         self.optimizer = optimizer
@@ -175,8 +142,7 @@ class Accumulator:
         self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = _state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
-        # Set and cleared within one call (see _update_if_ready), so never checkpointed.
-        self.ready = _state_parameter(False, ms.bool_, "ready")
+        self.ready = _state_parameter(False, ms.bool_, "ready")  # set and cleared in one call: not checkpointed
         self.policies = []
         self.hooks = {hook: [] for hook in HOOKS}
         self.needs = {"norm": False, "finite": False}  # what the window summary computes
@@ -188,9 +154,7 @@ class Accumulator:
         self.host = HostStep(self)
 
     def attach(self, policy):
-        """Adds ``policy`` (``accumulator.policy.Policy``, or any object with its hooks) after those there.
-
-        Attach before the first compiled call.
+        """Adds ``policy`` (an ``accumulator.policy.Policy``, or an object with its hooks) before the first compile.
 
         Example:
             >>> from accumulator.clipping import ClipNorm
@@ -198,17 +162,12 @@ class Accumulator:
             >>> accumulator.attach(ClipNorm(1.0))
             >>> [type(p).__name__ for p in accumulator.policies]
             ['SkipNonFiniteWindows', 'ClipNorm']
-            >>> accumulator.attach(object())
-            Traceback (most recent call last):
-            ...
-            TypeError: a policy must have state_parameters() and window_tensors() methods, got object
         """
         if not all(callable(getattr(policy, name, None)) for name in ("state_parameters", "window_tensors")):
-            raise TypeError(f"a policy must have state_parameters() and window_tensors() methods, "
-                            f"got {type(policy).__name__}")
+            raise TypeError(f"a policy needs state_parameters() and window_tensors(), got {type(policy).__name__}")
         self.policies.append(policy)
-        self.needs["norm"] = self.needs["norm"] or getattr(policy, "needs_norm", False)
-        self.needs["finite"] = self.needs["finite"] or getattr(policy, "needs_finite", False)
+        for need in self.needs:
+            self.needs[need] = self.needs[need] or getattr(policy, f"needs_{need}", False)
         for hook in HOOKS:
             if takes_part(policy, hook):
                 self.hooks[hook].append(policy)
@@ -217,36 +176,27 @@ class Accumulator:
         """The first attached policy that is a ``kind``, or None.
 
         Example:
-            >>> from accumulator.nonfinite import SkipNonFiniteWindows
-            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 2, skip_nonfinite=False)
-            >>> accumulator.find(SkipNonFiniteWindows) is None
+            >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 2).find(NoiseTracker) is None
             True
         """
         return next((policy for policy in self.policies if isinstance(policy, kind)), None)
 
     def state_parameters(self):
-        """Every Parameter of the accumulator's state, its policies' included, for checkpoints.
+        """Every Parameter of the state, the policies' included, for checkpoints.
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
-            >>> [p.name for p in accumulator.state_parameters()][1:]
-            ['accumulator.accumulate_step', 'accumulator.micro_step', 'accumulator.weight_total',
-             'accumulator.update_count', 'accumulator.skipped_windows']
+            >>> [p.name for p in accumulator.state_parameters()][1:3]
+            ['accumulator.accumulate_step', 'accumulator.micro_step']
         """
         own = list(self.buffers) + [self.accumulate_step, self.micro_step, self.weight_total, self.update_count,
                                     self.skipped_windows]
         return own + [p for policy in self.policies for p in policy.state_parameters()]
 
     def __call__(self, grads, count=None, flush=False):
-        """Adds one micro-batch's ``grads``; applies the window when it is full: the in-graph driver.
-
-        ``count``: the micro-batch's samples (or tokens) when the grads come
-        from a summed loss. ``flush`` (a bool Tensor) applies the window after
-        this micro-batch even if it is not full. Returns a bool Tensor, True
-        when the optimizer ran (see the class example).
-        """
-        self._check_weight(count)
-        flats = self._packed(grads)
+        """The in-graph driver: adds ``grads`` (of ``count`` samples), applies a full window (or with ``flush``,
+        a bool Tensor, any); True when it applied (see the class example)."""
+        flats = self._packed(grads, count)
         kept = self._add(flats, count)
         self._count_one(count, kept)
         full = self.micro_step >= self.accumulate_step
@@ -259,23 +209,15 @@ class Accumulator:
         return self._update_if_ready()
 
     def accumulate(self, grads, count=None, last=None):
-        """Adds one micro-batch's ``grads`` and never applies: ``step()`` on the host, or ``flush``, applies.
-
-        ``last``: True for the micro-batch that ends the window, for a policy
-        that samples it (``track_noise=True``); ``None`` lets the position
-        decide (a branch, with such a policy only). Returns the position.
+        """Adds ``grads``, returns the position; ``step()`` or ``flush`` applies. ``last``: True for the window's
+        last micro-batch, for a policy that samples it; ``None``: the position decides (a branch, then).
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
-            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
-            >>> [int(accumulator.accumulate(grads)) for _ in range(3)]   # past N: nothing applies
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
+            >>> [int(accumulator.accumulate((Tensor([1.0]),))) for _ in range(3)]   # past N: nothing applies
             [1, 2, 3]
-            >>> bool(accumulator.flush()), int(accumulator.micro_step)
-            (True, 0)
         """
-        self._check_weight(count)
-        flats = self._packed(grads)
+        flats = self._packed(grads, count)
         kept = self._add(flats, count)
         position = self._count_one(count, kept)
         if self.hooks["sample_last"]:
@@ -287,75 +229,36 @@ class Accumulator:
         return position
 
     def step(self, flush=False):
-        """Applies the window when it is full; call it on the host after each ``accumulate`` (``accumulator.host_step``).
-
-        A micro-step that applies nothing reads nothing from the device; a
-        full window is closed and applied by two compiled calls. ``flush=True``
-        applies a window that is not full. Returns True when the optimizer ran.
+        """On the host after each ``accumulate``: True when it applied the window (``accumulator.host_step``).
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
-            >>> _ = accumulator.accumulate(tuple(ops.ones_like(p) for p in net.trainable_params()))
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
+            >>> _ = accumulator.accumulate((Tensor([1.0]),))
             >>> accumulator.step(), accumulator.step(flush=True), accumulator.step(flush=True)
             (False, True, False)
         """
         return self.host.step(flush)
 
-    def sync_position(self):
-        """Sets ``step()``'s count of the window from the state; ``load_checkpoint`` calls it.
-
-        Call it after changing the state any other way between ``step()`` calls.
-
-        Example:
-            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=4)
-            >>> accumulator.sync_position()
-            >>> accumulator.host.position, accumulator.host.size
-            (0, 4)
-        """
-        self.host.sync_position()
-
-    def compile_step(self):
-        """Compiles ``step()``'s two calls without running them, so the first window does not wait (graph mode).
-
-        Example:
-            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=2)
-            >>> accumulator.compile_step()
-            >>> int(accumulator.update_count), int(accumulator.micro_step)
-            (0, 0)
-        """
-        self.host.compile()
-
     def add(self, grads, count=None):
-        """Sums ``grads`` into the buffers without counting them; pair it with ``count``.
-
-        For a loop of many micro-batches in one graph (``accumulator.window``),
-        which counts once after it. Returns a bool Tensor, True when the
-        gradients were added (a ``keep`` policy may leave them out).
+        """Sums ``grads`` without counting them (``count`` does); True when kept. For loops (``accumulator.window``).
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
-            >>> for _ in range(3):
-            ...     _ = accumulator.add(tuple(ops.ones_like(p) for p in net.trainable_params()))
-            >>> int(accumulator.count(Tensor(3, ms.int32))), accumulator.grad_buffers[1].asnumpy()
-            (3, array([3.], dtype=float32))
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
+            >>> bool(accumulator.add((Tensor([2.0]),))), accumulator.grad_buffers[0].asnumpy()
+            (True, array([2.], dtype=float32))
         """
-        return self._add(self._packed(grads), count)
+        return self._add(self._packed(grads, count), count)
 
     def count(self, micro_steps, weight=None, kept=None):
-        """Counts ``micro_steps`` added micro-batches; returns the position in the window.
-
-        ``weight``: their summed counts, when the gradients come from a summed
-        loss (``reduction="mean"`` only); ``None`` weighs each kept micro-step
-        1. ``kept``: how many of them ``add`` kept (all when ``None``).
+        """Counts ``micro_steps`` added micro-batches, ``kept`` of them kept, of summed counts ``weight``; the position.
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
             >>> int(accumulator.count(Tensor(2, ms.int32), Tensor(50.0))), float(accumulator.weight_total)
             (2, 50.0)
         """
-        self._check_weight(weight)
+        if weight is not None:
+            self.check_counts()
         steps = micro_steps if kept is None else kept
         for policy in self.hooks["count"]:
             policy.count(micro_steps, weight, steps)
@@ -363,13 +266,12 @@ class Accumulator:
         return ops.assign_add(self.micro_step, micro_steps)
 
     def tally(self, tally, count, kept):
-        """``(steps, weight)`` with one more micro-batch that ``add`` may have kept: ``count``'s arguments for a loop.
+        """``(steps, weight)`` with one more micro-batch ``add`` may have kept: ``count``'s for a loop.
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
-            >>> steps, weight = accumulator.tally((ZERO_INT, ZERO_FLOAT), Tensor(5.0), Tensor(True))
-            >>> int(steps), float(weight)
-            (1, 5.0)
+            >>> [float(x) for x in accumulator.tally((ZERO_INT, ZERO_FLOAT), Tensor(5.0), Tensor(True))]
+            [1.0, 5.0]
         """
         steps, weight = tally
         if count is not None:
@@ -377,65 +279,50 @@ class Accumulator:
         return steps + kept.astype(ms.int32), weight
 
     def flush(self):
-        """Applies a partial window now, normalised by what it holds; True when the optimizer ran.
-
-        Call it at an epoch's end so no gradient is dropped; an empty window
-        applies nothing and counts as nothing.
+        """Applies a partial window now (an epoch's end), normalised by what it holds; an empty one does nothing.
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
-            >>> grads = tuple(ops.ones_like(p) for p in net.trainable_params())
-            >>> bool(accumulator(grads)), bool(accumulator.flush()), bool(accumulator.flush())
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
+            >>> bool(accumulator((Tensor([1.0]),))), bool(accumulator.flush()), bool(accumulator.flush())
             (False, True, False)
         """
-        # No `if` on emptiness, which every call would pay for; outside a branch the buffers are cleared after
-        # the update whatever happened, so the update scales them as it hands them over (no write-back pass).
+        # No `if` on emptiness; cleared after the update, so the update scales them as it hands them over.
         grads, factor = self._close_window(self.micro_step > 0, write_back=False)
         updated = self._update_if_ready(grads, factor, clear=False)
-        _hyper_map(_clear, self.buffers)
+        buffers.clear(self.buffers)
         return updated
 
     def end_window(self):
-        """``step()``'s first stage: closes a window that holds micro-batches, applying nothing yet.
-
-        Returns an int32 Tensor ``[applied, next N, micro-batches held]``.
+        """``step()``'s first stage: closes the window; returns int32 ``[applied, next N, micro-batches held]``.
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=4)
-            >>> _ = accumulator.accumulate(tuple(ops.ones_like(p) for p in net.trainable_params()))
-            >>> accumulator.end_window().asnumpy().tolist()    # applied, N, held
-            [1, 4, 1]
-            >>> bool(accumulator.apply_window()), int(accumulator.update_count)
-            (True, 1)
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
+            >>> _ = accumulator.accumulate((Tensor([1.0]),))
+            >>> accumulator.end_window().asnumpy().tolist(), bool(accumulator.apply_window())    # applied, N, held
+            ([1, 4, 1], True)
         """
-        # Read before the close resets it: a kernel, as `* 1` is folded into a read of the reset Parameter.
+        # Read before the close resets it: a kernel; `* 1` is folded into a read of the reset Parameter.
         held = ops.maximum(self.micro_step, ZERO_INT)
         applied = self._close_window()
         # `* 1`: op by op, Stack takes no Parameter; in a graph it reads N as the close left it.
         return ops.stack((applied.astype(ms.int32), self.accumulate_step * 1, held))
 
     def apply_window(self):
-        """``step()``'s second stage: hands the window ``end_window`` applied to the optimizer and clears it."""
+        """``step()``'s second stage: the update of a window ``end_window`` applied (see its example)."""
         return self._update()
 
     def _close_window(self, nonempty=None, write_back=True):
-        """The window's close: reduce, summarise, the policies' factors and gates, their ends, then the counters.
-
-        ``nonempty``: a bool Tensor, False for an empty window, which neither
-        applies nor counts as skipped. With ``write_back`` the buffers are
-        scaled in place for the update (0 for a skipped window, which MulNoNan
-        makes 0 even for NaN); without it (``flush``) the grads and the scalar go to the update.
-        """
-        grads, total, tensors = self._reduce()
+        """Reduce, summarise, the policies' factors, gates and ends, the counters; ``nonempty``: False for
+        an empty window. ``write_back`` scales the buffers for the update (0 if skipped); else returns them."""
+        grads, total, tensors = _reduced(self.buffers, self.weight_total, self.hooks["close_window"], self.grad_reducer)
         factor = 1.0 / total if self.reduction == "mean" else None
         unscale = ONE_FLOAT
         for policy in self.hooks["unscale"]:
             unscale = unscale * policy.unscale()
         if self.hooks["unscale"]:
             factor = _product(factor, unscale)
-        window = self._summary(grads, factor, total, unscale, TRUE if nonempty is None else nonempty)
+        window = _summary(self.needs, self.sum_by_matmul, grads, factor, total, unscale,
+                          TRUE if nonempty is None else nonempty)
         for policy in self.hooks["factor"]:
             factor = _product(factor, policy.factor(window))
         applied = window["nonempty"]
@@ -451,9 +338,9 @@ class Accumulator:
                 # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
                 factor = ops.select(applied, ONE_FLOAT if factor is None else factor, ZERO_FLOAT)
         if write_back and factor is not None:
-            _hyper_map(ops.partial(_scale_into, factor), self.buffers, grads)
+            buffers.scale_into(self.buffers, grads, factor)
         elif write_back and self.grad_reducer is not None:
-            _hyper_map(_assign, self.buffers, grads)
+            buffers.scale_into(self.buffers, grads, None)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
@@ -463,36 +350,6 @@ class Accumulator:
             return grads, factor
         return applied
 
-    def _reduce(self):
-        """The window's sums, its weight and each closing policy's tensors, reduced across devices when asked."""
-        grads, total = self.buffers, self.weight_total
-        tensors = [policy.window_tensors() for policy in self.hooks["close_window"]]
-        if self.grad_reducer is not None:
-            extra = ()
-            for own in tensors:
-                extra = extra + own
-            reduced = self.grad_reducer(tuple(grads) + extra + (total,))
-            grads, total = reduced[:len(grads)], reduced[-1]
-            start, parts = len(grads), ()
-            for own in tensors:
-                parts = parts + (reduced[start:start + len(own)],)
-                start = start + len(own)
-            tensors = parts
-        return grads, total, tensors
-
-    def _summary(self, grads, factor, total, unscale, nonempty):
-        """The window summary the policies read (``accumulator.policy``): each value computed once, if asked for."""
-        window = {"total": total, "unscale": unscale, "nonempty": nonempty}
-        norm = None
-        if self.needs["norm"]:
-            # Any NaN or Inf makes the norm NaN or Inf, so on CPU it is the finiteness check too.
-            norm = ops.sqrt(squared_total(self.sum_by_matmul, grads))
-            window["norm"] = norm if factor is None else norm * factor
-        if self.needs["finite"]:
-            by_norm = self.sum_by_matmul and norm is not None
-            window["finite"] = ops.isfinite(window["norm"]) if by_norm else all_finite(self.sum_by_matmul, grads)
-        return window
-
     def _update_if_ready(self, grads=None, factor=None, clear=True):
         # A sibling of the closing branch, not inside it (docs/mindspore-behaviours.md#a-data-dependent-if-inside-another-leaks-host-memory).
         if self.ready:
@@ -500,61 +357,53 @@ class Accumulator:
         return FALSE
 
     def _update(self, grads=None, factor=None, clear=True):
-        if grads is None:
-            grads = self.buffers
+        grads = self.buffers if grads is None else grads
         if factor is not None:
-            grads = _hyper_map(ops.partial(_scaled, factor), grads)
+            grads = buffers.scaled(grads, factor)
         grads = self.buckets.split(grads)  # per parameter only here, where the optimizer takes them
         if self._casts:
-            grads = _hyper_map(_cast_like, self.optimizer.parameters, grads)
+            grads = buffers.cast_like(self.optimizer.parameters, grads)
         self.optimizer(grads)
         ops.assign_add(self.update_count, ONE_INT)
         if clear:
-            _hyper_map(_clear, self.buffers)
+            buffers.clear(self.buffers)
         ops.assign(self.ready, FALSE)
         return TRUE
 
-    def _packed(self, grads):
-        self._check_grads(grads)
+    def _packed(self, grads, count=None):
+        if count is not None:
+            self.check_counts()
+        grads_match(grads, self._param_shapes)
         return self.buckets.flatten(grads)
 
     def _add(self, flats, count):
-        """``add`` on gradients packed as the buffers are: one add per bucket; returns whether they were kept."""
         kept = None
         for policy in self.hooks["keep"]:
             keep = policy.keep(flats)
             kept = keep if kept is None else ops.logical_and(kept, keep)
-        if kept is None:
-            _hyper_map(_add_into, self.buffers, flats)
-            kept = TRUE
-        else:
-            _hyper_map(ops.partial(_add_if, kept.astype(ms.float32)), self.buffers, flats)
+        buffers.add(self.buffers, flats, None if kept is None else kept.astype(ms.float32))
+        kept = TRUE if kept is None else kept
         for policy in self.hooks["add"]:
             policy.add(flats, count, kept)
         return kept
 
     def _count_one(self, count, kept):
-        # Not one helper returning (kept, position): that dropped add()'s writes
-        # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
+        # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
         if not self.hooks["keep"]:
             return self.count(ONE_INT, count)
         steps, weight = self.tally((ZERO_INT, ZERO_FLOAT), count, kept)
         return self.count(ONE_INT, None if count is None else weight, steps)
 
-    def _sample_last(self, flats, count, kept):
+    def _sample_last(self, flats, count, kept):  # after the window's last micro-batch is added and counted
         for policy in self.hooks["sample_last"]:
             policy.sample_last(flats, count, kept, self.buffers, self.weight_total)
 
     @property
     def noise_scale(self):
-        """The gradient noise scale tr(Σ) / |G|², a float read on the host; None until it can be estimated.
-
-        Needs ``track_noise``; ``noise.record()`` holds the averages behind it.
+        """The gradient noise scale tr(Σ) / |G|² (``track_noise``), read on the host; None until estimated.
 
         Example:
-            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4,
-            ...                           track_noise=True, micro_batch_size=32)
-            >>> accumulator.noise_scale is None
+            >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4, track_noise=True).noise_scale is None
             True
         """
         if self.noise is None:
@@ -563,21 +412,16 @@ class Accumulator:
 
     @property
     def grad_buffers(self):
-        """The window's running sum per optimizer parameter, of its shape: a tuple of Tensors, copied on the host.
+        """The window's running sum per optimizer parameter, copied on the host.
 
         Example:
-            >>> net = nn.Dense(3, 1)
-            >>> [tuple(b.shape) for b in Accumulator(nn.SGD(net.trainable_params(), 0.1), 4).grad_buffers]
+            >>> [tuple(b.shape) for b in Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4).grad_buffers]
             [(1, 3), (1,)]
         """
         return self.buckets.split(self.buffers)
 
-    def _check_weight(self, weight):
-        if weight is not None:
-            self.check_counts()
-
     def check_counts(self):
-        """Raises ValueError unless this accumulator takes counts (``reduction="mean"``), before anything compiles.
+        """Raises ValueError unless this accumulator takes counts (``reduction="mean"``).
 
         Example:
             >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 2, reduction="sum").check_counts()
@@ -588,18 +432,3 @@ class Accumulator:
         if self.reduction != "mean":
             raise ValueError(f"counts were given to an Accumulator with reduction='{self.reduction}': counts weigh "
                              "the window's mean, so use reduction='mean' with counts, or give none")
-
-    def _check_grads(self, grads):
-        # Runs while the step compiles, on shapes alone; the hint names value_and_grad's weights, the usual cause.
-        hint = "take them with ms.value_and_grad(forward, None, optimizer.parameters)"
-        if isinstance(grads, Tensor):
-            raise ValueError(f"grads must be a tuple with one gradient per optimizer parameter "
-                             f"({len(self._param_shapes)}), got one Tensor of shape {list(grads.shape)}: {hint}")
-        if len(grads) != len(self._param_shapes):
-            raise ValueError(f"grads holds {len(grads)} gradients but the optimizer has "
-                             f"{len(self._param_shapes)} parameters: {hint}")
-        for index, (grad, shape) in enumerate(zip(grads, self._param_shapes)):
-            # Shapes are lists: the graph compiler prints a tuple (9,) as (9).
-            if list(grad.shape) != shape:
-                raise ValueError(f"grads[{index}] has shape {list(grad.shape)}, expected {shape} "
-                                 f"like the optimizer's parameter: {hint}")

@@ -51,3 +51,27 @@ def boolean(value, name):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return value
 
+
+def grads_match(grads, shapes):
+    """Raises ValueError unless ``grads`` hold one gradient of each shape in ``shapes``, naming the first that does not.
+
+    Runs while the step compiles, on shapes alone; the hint names value_and_grad's weights, the usual cause.
+
+    Example:
+        >>> import numpy as np
+        >>> grads_match((np.zeros((2, 3)),), [[3, 2]])
+        Traceback (most recent call last):
+        ...
+        ValueError: grads[0] has shape [2, 3], expected [3, 2] like the optimizer's parameter: take them with ms.value_and_grad(forward, None, optimizer.parameters)
+    """
+    hint = "take them with ms.value_and_grad(forward, None, optimizer.parameters)"
+    if not isinstance(grads, (tuple, list)):
+        raise ValueError(f"grads must be a tuple with one gradient per optimizer parameter "
+                         f"({len(shapes)}), got one Tensor of shape {list(grads.shape)}: {hint}")
+    if len(grads) != len(shapes):
+        raise ValueError(f"grads holds {len(grads)} gradients but the optimizer has {len(shapes)} parameters: {hint}")
+    for index, (grad, shape) in enumerate(zip(grads, shapes)):
+        # Shapes are lists: the graph compiler prints a tuple (9,) as (9).
+        if list(grad.shape) != shape:
+            raise ValueError(f"grads[{index}] has shape {list(grad.shape)}, expected {shape} "
+                             f"like the optimizer's parameter: {hint}")

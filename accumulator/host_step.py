@@ -34,7 +34,7 @@ class _Stage(nn.Cell):
 
 
 class HostStep:
-    """``Accumulator.step()``, ``sync_position()`` and ``compile_step()``: the window counted on the host.
+    """``Accumulator.step()``, and its count of the window on the host: ``accumulator.host``.
 
     Example:
         >>> from mindspore import nn, ops
@@ -57,7 +57,10 @@ class HostStep:
         self.stages = None  # the two compiled calls, made on first use
 
     def step(self, flush=False):
-        """Applies the window when it is full (or with ``flush``, when it holds anything); True when applied."""
+        """Applies the window when it is full (or with ``flush``, when it holds anything); True when applied.
+
+        Example: the class's; ``Accumulator.step`` calls it.
+        """
         counted = None
         if flush:
             # However the window was filled (an eager last micro-batch, say), it is empty after this call.
@@ -73,7 +76,7 @@ class HostStep:
         applied, self.size, held = close().asnumpy().tolist()  # the window's one read
         if counted is not None and held != counted:
             warnings.warn(f"step() applied a window of {held} micro-batches where it counted {counted}: call it "
-                          "once after each accumulate(), and sync_position() after changing the state another way",
+                          "once after each accumulate(), and host.sync_position() after changing the state another way",
                           stacklevel=3)
         if not applied:
             return False
@@ -81,12 +84,33 @@ class HostStep:
         return True
 
     def sync_position(self):
-        """Sets the count from the state: the window's position and N, read from the device."""
+        """Sets the count from the state, as ``load_checkpoint`` does; call it after changing the state any other way.
+
+        Example:
+            >>> from mindspore import nn
+            >>> from accumulator import Accumulator
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=4)
+            >>> accumulator.host.sync_position()
+            >>> accumulator.host.position, accumulator.host.size
+            (0, 4)
+        """
         self.position = int(self.accumulator.micro_step)
         self.size = int(self.accumulator.accumulate_step)
 
     def compile(self):
-        """Compiles both calls without running them; in graph mode only (PyNative keeps no such graph)."""
+        """Compiles both calls without running them, so the first window does not wait; graph mode only.
+
+        In PyNative mode MindSpore keeps no graph compiled this way for the call to reuse
+        (docs/mindspore-behaviours.md#a-cell-compiles-without-running-a-jitted-function-cannot).
+
+        Example:
+            >>> from mindspore import nn
+            >>> from accumulator import Accumulator
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=2)
+            >>> accumulator.host.compile()
+            >>> int(accumulator.update_count), int(accumulator.micro_step)
+            (0, 0)
+        """
         if ms.get_context("mode") == ms.GRAPH_MODE:
             for stage in self._stages():
                 stage.compile()

@@ -150,7 +150,7 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
         # swap the memory and detach it from graphs compiled before the load.
         ops.assign(param, Tensor(saved[name].asnumpy()))
     if accumulator is not None:
-        accumulator.sync_position()
+        accumulator.host.sync_position()
     return {name: _plain(value) for name, value in saved.items() if name not in state}
 
 

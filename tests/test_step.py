@@ -146,13 +146,13 @@ def test_a_schedule_changes_n_between_windows():
     assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x[:8], y[:8]), (x[8:], y[8:])]))
 
 
-def test_compile_step_compiles_ahead_and_changes_nothing():
+def test_the_host_step_compiles_ahead_and_changes_nothing():
     x, y = make_data(16)
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
     accumulator = Accumulator(optimizer, 4)
     before = optimizer_state(optimizer)
-    accumulator.compile_step()
+    accumulator.host.compile()
     assert_states_close(optimizer_state(optimizer), before, rtol=0, atol=0)
     assert int(accumulator.micro_step) == 0 and int(accumulator.update_count) == 0
     step = host_applied(accumulator, grad_fn_for(net, optimizer))
@@ -228,6 +228,6 @@ def test_a_window_that_holds_more_than_step_counted_is_applied_whole_and_said(re
     assert updates == [False, True]
     said = [str(w.message) for w in recwarn if str(w.message).startswith("step() applied a window")]
     assert said == ["step() applied a window of 4 micro-batches where it counted 2: call it once after each "
-                    "accumulate(), and sync_position() after changing the state another way"]
+                    "accumulate(), and host.sync_position() after changing the state another way"]
     # Nothing lost: the update is the mean over all four micro-batches.
     assert_states_close(optimizer_state(optimizer), reference_state("sgd", [(x, y)]))

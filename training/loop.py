@@ -193,7 +193,7 @@ def compile_train_step(run, task, config, epoch):
     """Compiles ``run.micro_step`` for epoch ``epoch``'s micro-batches, and ``Accumulator.step()``'s window update, without running them; returns the seconds taken.
 
     The weights, the accumulator's buffers and counters stay as they were:
-    the graphs are compiled (``Cell.compile``, ``Accumulator.compile_step``),
+    the graphs are compiled (``Cell.compile``, ``Accumulator.host.compile``),
     not run on data. Returns None in PyNative mode, where nothing compiles
     ahead. With ``window_step`` (which compiles its own loop) or a first
     micro-batch shorter than ``batch_size`` (it runs op by op) only the
@@ -210,7 +210,7 @@ def compile_train_step(run, task, config, epoch):
         return None
     started = time.perf_counter()
     with deferred():
-        run.accumulator.compile_step()
+        run.accumulator.host.compile()
         inputs, labels = next(iter(epoch_windows(config, task, epoch)))[0]
         if run.window_step is None and labels.shape[0] == config.batch_size:
             count = ms.Tensor(task.count(labels), ms.float32)
@@ -287,7 +287,7 @@ def _train_window(run, window, batch_size, accumulate_step, counts):
             with _op_by_op():
                 losses.append(run.eager_step(inputs, labels, micro_count))
             # Added, and maybe applied, outside Accumulator.step(): its count of the window is read back.
-            run.accumulator.sync_position()
+            run.accumulator.host.sync_position()
     return sum(float(loss.asnumpy()) for loss in losses)
 
 
