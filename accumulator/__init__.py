@@ -28,6 +28,7 @@ from accumulator.loss_scaling import LossScaling
 from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
 from accumulator.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
 from accumulator.policy import Policy
+from accumulator.scaling import ScaleRule
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
 from accumulator.selfcheck import EquivalenceReport, check_equivalence
 from accumulator.spikes import SkipSpikes
@@ -37,7 +38,7 @@ from accumulator.window import make_window_step
 
 __all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "CheckpointMismatchError", "ClipNorm",
            "EquivalenceReport", "FlushAtEpochEnd", "LossScaling", "NoiseFromEveryMicroBatch",
-           "NoiseFromLastMicroBatch", "NoiseScaleSchedule", "Policy", "SkipNonFiniteMicroBatches",
+           "NoiseFromLastMicroBatch", "NoiseScaleSchedule", "Policy", "ScaleRule", "SkipNonFiniteMicroBatches",
            "SkipNonFiniteWindows", "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule",
            "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
            "save_checkpoint", "training_state"]
