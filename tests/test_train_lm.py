@@ -54,6 +54,9 @@ def refused(capsys, argv, message, status=1):
     (["--max-length", "1"], "argument --max-length: must be an integer of at least 2, got 1"),
     (["--width", "30"], "--width 30 must be a multiple of --heads 4"),
     (["--accumulate-step", "auto", "--window-step"], "--accumulate-step auto changes N between windows"),
+    (["--scale-rule", "sqrt", "--optimizer", "adam"],
+     "--scale-rule sqrt sets Adam's betas, which only --optimizer adamw keeps where it can (docs/scale-rules.md), "
+     "got --optimizer adam"),
 ])
 def test_bad_flags_are_one_usage_error_naming_the_flag(capsys, argv, message):
     refused(capsys, argv, message, status=2)
@@ -121,6 +124,32 @@ def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tm
                      "--resume", *TINY, *changed],
             f"cannot resume exactly from {path}: {message}. Pass the same flags, or another --ckpt-dir.")
     assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"] and not data_dir.exists()
+
+
+def test_a_rule_the_optimizer_cannot_follow_is_one_line(tmp_path, capsys, small_synthetic):
+    # nn.SGD evaluates the tool's warm-up schedule inside its graph: nothing there for a rule to scale.
+    refused(capsys, ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", *TINY,
+                     "--optimizer", "sgd", "--scale-rule", "linear"],
+            "--scale-rule linear with --optimizer sgd: ScaleRule needs a constant learning rate Parameter: SGD's "
+            "learning_rate is a schedule, WarmupInverseSqrt, it evaluates in its graph; use an experimental.optim "
+            "optimizer with a scheduler")
+
+
+@pytest.mark.slow  # end to end: three runs of the tool
+def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, capsys, small_synthetic):
+    common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
+              "--scale-rule", "sqrt", *TINY[:-4], "--accumulate-step", "4", "--batch-size", "2"]
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--epochs", "1"])
+    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
+    assert "lr 0.01 for one micro-batch, following N by the sqrt rule" in capsys.readouterr().out
+    whole, resumed = checkpoint(tmp_path / "whole" / "epoch_002.ckpt"), checkpoint(tmp_path / "cut" / "epoch_002.ckpt")
+    # The last window's κ (the epoch's last window may hold fewer than 4): both betas from the same κ > 1.
+    beta1, beta2 = whole["accumulator.scale_rule.group0.beta1"], whole["accumulator.scale_rule.group0.beta2"]
+    kappa = (1 - beta2) / 0.001
+    assert 1.5 < kappa < 4.5 and 1 - beta1 == pytest.approx(0.1 * kappa, rel=1e-4)
+    for name, value in whole.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
 def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_path, capsys, small_synthetic):

@@ -69,6 +69,9 @@ def test_help_explains_every_flag():
     (["--accumulate-step", "auto", "--window-step"],
      "--accumulate-step auto changes N between windows; --window-step needs a fixed N"),
     (["--keep-checkpoints", "3"], "--keep-checkpoints 3 needs a --ckpt-dir"),
+    (["--scale-rule", "cubic"], "argument --scale-rule: unknown value 'cubic': choose none, linear, sqrt, adascale"),
+    (["--scale-rule", "sqrt"], "--scale-rule sqrt sets Adam's betas, which only --optimizer adamw keeps where it can "
+                               "(docs/scale-rules.md), got --optimizer sgd"),
 ])
 def test_bad_values_are_argparse_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as caught:
@@ -76,6 +79,15 @@ def test_bad_values_are_argparse_errors(argv, message, capsys):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: train_mnist.py") and err.endswith(f"train_mnist.py: error: {message}\n")
+
+
+def test_the_epoch_line_says_the_window_and_the_learning_rate_the_rule_set(synthetic_mnist_dir, capsys):
+    # 200 samples in micro-batches of 25: two whole windows of 4, so the last update's κ is 4.
+    train_mnist.main(["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--batch-size", "25",
+                      "--accumulate-step", "4", "--scale-rule", "linear"])
+    out = capsys.readouterr().out
+    assert "sgd lr 0.01 for one micro-batch, following N by the linear rule" in out
+    assert "; N 4, lr 0.04\n" in out
 
 
 def test_flag_combinations_are_checked_before_anything_runs(capsys):

@@ -151,6 +151,25 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
         np.testing.assert_array_equal(as_array(resumed[name]), as_array(expected[name]), err_msg=name)
 
 
+@pytest.mark.slow  # three runs of the tool, two epochs each (about 35 CPU-seconds)
+def test_a_run_whose_optimizer_follows_n_resumes_exactly(synthetic_mnist_dir, tmp_path, train_mnist_run, capsys):
+    # AdaScale: the gain's state (the schedule position, the factor the lr holds) must come back with the noise's.
+    flags = dict(batch_size=20, accumulate_step="auto", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end
+    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, **flags)
+    ckpt_dir = str(tmp_path / "ckpt")
+    train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
+    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+    assert "resumed from" in capsys.readouterr().out
+    assert float(uninterrupted["learning_rate"]) != pytest.approx(0.01)  # the rule moved it
+    for name, value in uninterrupted.items():
+        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
+    saved = ms.load_checkpoint(checkpoint_path(ckpt_dir, 2))
+    assert {"accumulator.scale_rule.lr_scale", "accumulator.scale_rule.progress"} <= set(saved)
+    with pytest.raises(TrainingError, match="--scale-rule was adascale, now linear"):
+        train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir, resume=True,
+                        **{**flags, "scale_rule": "linear"})
+
+
 def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(tmp_path):
     # train_lm.py's checkpoints from before --packing hold no "packing": those runs padded every sample.
     from training.checkpoints import check_settings
@@ -162,3 +181,6 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(
     check_settings(path, TrainConfig(tool_settings={"packing": False}))
     with pytest.raises(TrainingError, match="--packing was False, now True"):
         check_settings(path, TrainConfig(tool_settings={"packing": True}))
+    # Nor "scale_rule", from before --scale-rule: the learning rate stayed as set.
+    with pytest.raises(TrainingError, match="--scale-rule was none, now linear"):
+        check_settings(path, TrainConfig(tool_settings={"packing": False}, scale_rule="linear"))

@@ -27,6 +27,9 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"accumulate_step": "8"}, "accumulate_step must be a positive int, got '8'"),
     ({"accumulate_step": "auto", "window_step": True}, "accumulate_step='auto' changes N between windows"),
     ({"track_noise": 1}, "track_noise must be True or False, got 1"),
+    ({"scale_rule": "cubic"}, "scale_rule must be one of ('none', 'linear', 'sqrt', 'adascale'), got 'cubic'"),
+    ({"scale_rule": "sqrt"}, "scale_rule='sqrt' sets Adam's betas, which only optimizer='adamw' keeps where it can "
+                             "(docs/scale-rules.md), got optimizer='sgd'"),
 ])
 def test_bad_values_name_the_field_and_the_value(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -49,3 +52,7 @@ def test_resume_settings_are_what_changes_arithmetic_or_data_order():
     assert tuple(settings) == RESUME_FIELDS
     assert (settings["seed"], settings["shuffle"], settings["ranks"]) == (3, False, 1)
     assert "epochs" not in settings and "log_json" not in settings  # more epochs or new logs resume exactly
+
+
+def test_adascale_tracks_the_noise_it_reads():
+    assert TrainConfig(scale_rule="adascale").tracks_noise and not TrainConfig(scale_rule="linear").tracks_noise

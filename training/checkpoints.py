@@ -178,8 +178,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
     return path
 
 
-# What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing.
-SETTINGS_BEFORE_THEY_EXISTED = {"packing": False}
+# What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
+# and no learning rate followed the window before --scale-rule.
+SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "scale_rule": "none"}
 
 
 def check_settings(path, config):

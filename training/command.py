@@ -14,7 +14,7 @@ import time
 
 from training.arguments import device_target, flag, in_flags, non_negative_int, one_of, positive_float, positive_int
 from training.checkpoints import resume_hint
-from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, RESUME_FIELDS, TrainConfig
+from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, RESUME_FIELDS, SCALE_RULES, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.interrupts import Interrupted, signals_raise_interrupted
@@ -83,6 +83,12 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                "window is applied too, weighted by its count. 'auto': N follows the "
                                f"measured gradient noise scale, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]} "
                                "(implies --track-noise; not with --window-step) (default %(default)s)")
+    training.add_argument("--scale-rule", type=one_of(*SCALE_RULES), default="none",
+                          metavar="{" + ",".join(SCALE_RULES) + "}",
+                          help="how the learning rate follows N, --lr being tuned for one micro-batch: linear (SGD: "
+                               "lr x N), sqrt (AdamW: lr x sqrt N, betas 1 - N (1 - beta), eps / sqrt N), adascale "
+                               "(SGD: lr x a gain from the measured noise, between 1 and N; implies --track-noise); "
+                               "none leaves lr as set; docs/scale-rules.md (default %(default)s)")
     training.add_argument("--epochs", type=positive_int, metavar="N",
                           help="total epochs, with --resume including those already done (default %(default)s)")
     training.add_argument("--lr", type=positive_float, help="learning rate (default %(default)s)")

@@ -19,8 +19,11 @@ DEVICES = ("CPU", "GPU", "Ascend")
 AUTO = "auto"
 AUTO_STEPS = (2, 64)
 MODES = ("graph", "pynative")
+# How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
+SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
-RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks")
+RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks",
+                 "scale_rule")
 
 
 def _one_of(value, name, choices):
@@ -43,7 +46,10 @@ class TrainConfig:
     is ``batch_size``, and so on). ``rank`` and ``ranks`` are 0 and 1 until
     ``training.context.configure_context`` reads the real ones.
     ``accumulate_step`` is an int or ``"auto"`` (N follows the measured
-    noise scale, and ``track_noise`` is implied); ``keep_checkpoints``
+    noise scale, and ``track_noise`` is implied); ``scale_rule`` one of
+    ``SCALE_RULES``: the learning rate (and for ``"sqrt"`` AdamW's betas) follows
+    N, ``lr`` being tuned for one micro-batch (``"adascale"`` implies
+    ``track_noise``; ``"sqrt"`` needs ``optimizer="adamw"``); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training. ``tool_settings`` holds a tool's
     own flags that define its run (``{"width": 64}`` for ``--width 64``):
@@ -71,6 +77,7 @@ class TrainConfig:
     epochs: int = 3
     lr: float = 1e-2
     optimizer: str = "sgd"
+    scale_rule: str = "none"
     shuffle: bool = True
     track_noise: bool = False
     check: bool = False
@@ -91,6 +98,10 @@ class TrainConfig:
         _one_of(self.device_target, "device_target", DEVICES)
         _one_of(self.mode, "mode", MODES)
         _one_of(self.optimizer, "optimizer", OPTIMIZERS)
+        _one_of(self.scale_rule, "scale_rule", SCALE_RULES)
+        if self.scale_rule == "sqrt" and self.optimizer != "adamw":
+            raise ValueError(f"scale_rule='sqrt' sets Adam's betas, which only optimizer='adamw' keeps where it can "
+                             f"(docs/scale-rules.md), got optimizer={self.optimizer!r}")
         non_negative_int(self.seed, "seed")
         for name in ("batch_size", "epochs", "ranks"):
             positive_int(getattr(self, name), name)
@@ -136,13 +147,13 @@ class TrainConfig:
 
     @property
     def tracks_noise(self):
-        """True when the run measures the gradient noise scale (``track_noise``, or N ``"auto"``).
+        """True when the run measures the gradient noise scale (``track_noise``, N ``"auto"`` or ``"adascale"``).
 
         Example:
-            >>> TrainConfig(accumulate_step="auto").tracks_noise
-            True
+            >>> TrainConfig(accumulate_step="auto").tracks_noise, TrainConfig(scale_rule="adascale").tracks_noise
+            (True, True)
         """
-        return self.track_noise or self.accumulate_step == AUTO
+        return self.track_noise or self.accumulate_step == AUTO or self.scale_rule == "adascale"
 
     @property
     def first_step(self):

@@ -14,8 +14,7 @@ import mindspore as ms
 from mindspore import nn
 from tqdm import tqdm
 
-from accumulator import (Accumulator, NoiseScaleSchedule, StepSchedulerPerUpdate, WindowAllReduce, check_equivalence,
-                         make_window_step)
+from accumulator import Accumulator, NoiseScaleSchedule, ScaleRule, WindowAllReduce, check_equivalence, make_window_step
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, AUTO_STEPS
 from training.errors import TrainingError
@@ -46,7 +45,8 @@ class Run:
     ``train_step`` uncompiled, for shapes an epoch meets once (see
     ``train_on_windows``); ``lr_scheduler``
     is an ``experimental.optim`` optimizer's schedule, stepped once per
-    update (``training.optimizers.make_lr_scheduler``), or None.
+    update (``training.optimizers.make_lr_scheduler``), or None;
+    ``scale_rule`` the ``ScaleRule`` that makes the optimizer follow N, or None.
 
     Example:
         >>> from training.config import TrainConfig
@@ -66,6 +66,7 @@ class Run:
     eager_step: Optional[Callable] = None
     lr_scheduler: Optional[object] = None
     micro_step: Optional[nn.Cell] = None
+    scale_rule: Optional[ScaleRule] = None
 
 
 class MicroStep(nn.Cell):
@@ -129,12 +130,19 @@ def build_run(config, task):
     net = task.make_net()
     lr = config.lr if task.learning_rate is None else task.learning_rate(config)
     optimizer = make_optimizer(config.optimizer, net.trainable_params(), lr)
-    lr_scheduler = make_lr_scheduler(optimizer, lr)
     accumulate_step = config.accumulate_step
     if accumulate_step == AUTO:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks)
     accumulator = Accumulator(optimizer, accumulate_step, track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
+    scale_rule = None
+    if config.scale_rule != "none":
+        try:  # --lr is tuned for one micro-batch: κ = N
+            scale_rule = ScaleRule(accumulator, config.scale_rule, tuned_step=1)
+        except ValueError as error:
+            raise TrainingError(f"--scale-rule {config.scale_rule} with --optimizer {config.optimizer}: {error}") \
+                from None
+    lr_scheduler = make_lr_scheduler(optimizer, lr, scale_rule)
     loss_fn = task.make_loss()
 
     def forward(inputs, labels):
@@ -159,12 +167,13 @@ def build_run(config, task):
     window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
     if config.mode != "graph":
         return Run(net, optimizer, accumulator, train_step, flush, eval_step, grad_fn, window_step,
-                   eager_step=train_step, lr_scheduler=lr_scheduler)
+                   eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule)
     micro_step = MicroStep(grad_fn, accumulator)
     # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
     return Run(net, optimizer, accumulator, finishing(_applied_on_the_host(micro_step, accumulator)),
                finishing(functools.partial(accumulator.step, flush=True)), finishing(ms.jit(eval_step)), grad_fn,
-               window_step, eager_step=train_step, lr_scheduler=lr_scheduler, micro_step=micro_step)
+               window_step, eager_step=train_step, lr_scheduler=lr_scheduler, micro_step=micro_step,
+               scale_rule=scale_rule)
 
 
 def _last(accumulator):
@@ -292,9 +301,16 @@ def _train_window(run, window, batch_size, accumulate_step, counts):
 
 
 def _follow_updates(run):
-    """Steps ``run.lr_scheduler``, if any, to the updates applied so far, as ``StepSchedulerPerUpdate`` does."""
-    if run.lr_scheduler is not None:
-        StepSchedulerPerUpdate(run.lr_scheduler, run.accumulator).on_train_step_end(None)
+    """Steps ``run.lr_scheduler``, if any, to the updates applied so far, or to the scale rule's ``progress``.
+
+    ``progress`` counts updates, or under AdaScale the sum of their gains:
+    the schedule advances by the gain (docs/scale-rules.md#with-a-learning-rate-scheduler).
+    """
+    if run.lr_scheduler is None:
+        return
+    position = run.accumulator.update_count if run.scale_rule is None else run.scale_rule.progress
+    while int(run.lr_scheduler.last_epoch) < int(position):
+        run.lr_scheduler.step()
 
 
 def train_epoch(run, task, config, epoch, progress=True):
@@ -440,12 +456,13 @@ def train(config, task, progress=True):
     """
     check_trainable(config, task)
     say = print if config.main_rank else _quiet
-    say(f"{task.description}; batch {config.batch_description()}; {config.optimizer} lr {config.lr:g}; "
+    run = build_run(config, task)  # before anything is printed or removed: a refused --scale-rule changes nothing
+    rule = "" if config.scale_rule == "none" else f" for one micro-batch, following N by the {config.scale_rule} rule"
+    say(f"{task.description}; batch {config.batch_description()}; {config.optimizer} lr {config.lr:g}{rule}; "
         f"{config.mode} mode on {config.device_target}"
         + ("; one compiled call per window" if config.window_step else ""))
     if config.overwrite and config.main_rank:
         clear_checkpoints(config.ckpt_dir)
-    run = build_run(config, task)
     if config.check:
         say(f"equivalence check: {check(run, task, config)}")
     done, history = resume(run, config, say) if config.resume else (0, [])
@@ -460,10 +477,13 @@ def train(config, task, progress=True):
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
         record["updates"] = int(run.accumulator.update_count)
-        if config.tracks_noise:
-            record["noise_scale"] = run.accumulator.noise_scale
+        if config.tracks_noise or run.scale_rule is not None:
             record["accumulate_step"] = int(run.accumulator.accumulate_step)
             record["effective_batch_size"] = config.batch_size * record["accumulate_step"] * config.ranks
+        if config.tracks_noise:
+            record["noise_scale"] = run.accumulator.noise_scale
+        if run.scale_rule is not None:
+            record.update(run.scale_rule.record())
         if task.measure is not None:
             record.update(task.measure(record, history))
         history.append(record)

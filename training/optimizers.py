@@ -53,11 +53,13 @@ def _schedule_at(lr, update):
 
 
 class FollowSchedule(optim.lr_scheduler.LRScheduler):
-    """An ``experimental.optim`` scheduler whose learning rate at step ``u`` is ``schedule(u)``.
+    """An ``experimental.optim`` scheduler whose learning rate at step ``u`` is ``schedule(u)``, times ``scale``.
 
     ``schedule`` is the ``LearningRateSchedule`` an ``nn.Optimizer`` reads at
     its ``global_step``: stepped once per update, the new optimizers follow
-    the very same schedule.
+    the very same schedule. ``scale``, a float32 Parameter (a
+    ``ScaleRule``'s ``lr_scale``) or None, is the factor the learning rate
+    holds besides the schedule's: the rule multiplies what the schedule gives.
 
     Example:
         >>> from mindspore.nn import PolynomialDecayLR
@@ -68,19 +70,24 @@ class FollowSchedule(optim.lr_scheduler.LRScheduler):
         0.075
     """
 
-    def __init__(self, optimizer, schedule):
+    def __init__(self, optimizer, schedule, scale=None):
         self.schedule = schedule
+        self.scale = scale
         super().__init__(optimizer)
 
     def get_lr(self):
-        return [ms.Tensor(_schedule_at(self.schedule, int(self.last_epoch)), ms.float32)] * self.groups_num
+        lr = ms.Tensor(_schedule_at(self.schedule, int(self.last_epoch)), ms.float32)
+        if self.scale is not None:
+            lr = lr * self.scale
+        return [lr] * self.groups_num
 
 
-def make_lr_scheduler(optimizer, lr):
+def make_lr_scheduler(optimizer, lr, scale_rule=None):
     """The scheduler to step once per update for ``optimizer`` and ``lr``: None where the optimizer reads ``lr`` itself.
 
     An ``nn.Optimizer`` evaluates a ``LearningRateSchedule`` at its own
-    ``global_step``; an ``experimental.optim`` one needs a ``FollowSchedule``.
+    ``global_step``; an ``experimental.optim`` one needs a ``FollowSchedule``,
+    which keeps ``scale_rule``'s factor (a ``ScaleRule`` or None).
 
     Example:
         >>> from mindspore.nn import PolynomialDecayLR
@@ -92,4 +99,4 @@ def make_lr_scheduler(optimizer, lr):
     """
     if isinstance(optimizer, nn.Optimizer) or not isinstance(lr, LearningRateSchedule):
         return None
-    return FollowSchedule(optimizer, lr)
+    return FollowSchedule(optimizer, lr, None if scale_rule is None else scale_rule.lr_scale)

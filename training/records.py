@@ -32,16 +32,27 @@ def epoch_line(record, epochs):
 
 
 def noise_suffix(record):
-    """What an epoch line ends with when the run tracks the gradient noise scale; empty otherwise.
+    """What an epoch line ends with when the run tracks the noise scale or follows N by a rule; empty otherwise.
+
+    With a rule: the learning rate (and betas) the next window runs with.
 
     Example:
         >>> noise_suffix({"noise_scale": None, "accumulate_step": 2}), noise_suffix({})
         ('; noise scale not yet measured, N 2', '')
+        >>> noise_suffix({"accumulate_step": 8, "lr": 0.02, "beta1": 0.6, "beta2": 0.996, "eps": 5e-9})
+        '; N 8, lr 0.02, betas (0.6, 0.996)'
     """
-    if "noise_scale" not in record:
-        return ""
-    noise = "not yet measured" if record["noise_scale"] is None else f"{record['noise_scale']:,.0f}"
-    return f"; noise scale {noise}, N {record['accumulate_step']}"
+    line = ""
+    if "noise_scale" in record:
+        noise = "not yet measured" if record["noise_scale"] is None else f"{record['noise_scale']:,.0f}"
+        line = f"; noise scale {noise}, N {record['accumulate_step']}"
+    elif "lr" in record:
+        line = f"; N {record['accumulate_step']}"
+    if "lr" in record:
+        line += f", lr {record['lr']:.4g}"
+    if "beta1" in record:
+        line += f", betas ({record['beta1']:.4g}, {record['beta2']:.4g})"
+    return line
 
 
 def summarize(config, history, updates, skipped_windows):
