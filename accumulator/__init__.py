@@ -1,17 +1,22 @@
 """Gradient accumulation for MindSpore: a large effective batch on a small device.
 
-Read in this order: ``accumulator`` (the Accumulator and its state),
-``schedule`` (how N may change, the adaptive window), ``noise`` (the
-gradient noise scale), ``state`` (checkpoints), ``cell``
-(``mindspore.train.Model``), ``distributed`` (one AllReduce per window),
-``window`` (a whole window per compiled call), ``batchnorm`` (moving
-statistics from the whole window), ``selfcheck`` (does accumulation equal
-the large batch on your net?), ``whole_batch`` (losses over the whole
-window, such as contrastive ones, made exact); ``checks``, ``files``,
-``constants`` and ``layers`` are the argument checks, the atomic file
-write, the graphs' constants and the dropout/BatchNorm scan the rest shares
-(not exported: the tools take the checks and the write from ``common``);
-``runtime`` sets MindSpore's blocking launch on CPU when imported.
+Read in this order: ``accumulator`` (the core: the buffers, the add and the
+window's close in stages), ``policy`` (what a policy is) and the policies,
+one module each: ``nonfinite``, ``loss_scaling``, ``clipping``, ``spikes``,
+``noise`` (the gradient noise scale), ``batchnorm`` (moving statistics from
+the whole window), mapped from the keywords in ``options``; ``schedule``
+(how N may change, the adaptive window); the drivers besides the in-graph
+call: ``host_step`` (``step()``), ``window`` (a whole window per compiled
+call), ``whole_batch`` (losses over the whole window, such as contrastive
+ones, made exact), ``cell`` (``mindspore.train.Model``); ``state``
+(checkpoints), ``distributed`` (one AllReduce per window), ``selfcheck``
+(does accumulation equal the large batch on your net?). ``buckets``,
+``buffers`` and ``sums`` lay out, update and sum the window's buffers;
+``checks``, ``files``, ``constants`` and ``layers`` are the argument checks,
+the atomic file write, the graphs' constants and the dropout/BatchNorm scan
+the rest shares (not exported: the tools take the checks and the write from
+``common``); ``runtime`` sets MindSpore's blocking launch on CPU when
+imported.
 """
 __version__ = "0.1.0"  # the one source: setup.py reads it from here
 

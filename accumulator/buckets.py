@@ -3,7 +3,7 @@
 A kernel launch costs microseconds on CPU whatever its size, so a buffer per
 parameter makes every pass over the window (the micro-step's add, the
 window's scale, clear, norm and finiteness check, the AllReduce) cost a
-kernel per tensor (docs/mindspore-behaviours.md). As DDP, DeepSpeed and
+kernel per tensor (docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch). As DDP, DeepSpeed and
 Megatron do, parameters of one buffer dtype are packed, in order, into flat
 buckets of at most ``cap`` elements: a micro-step adds its gradients with one
 concat and one ``AssignAdd`` per bucket. A parameter larger than ``cap`` or
@@ -132,7 +132,8 @@ class Buckets:
 
     def _split_bucket(self, flat, sizes, offsets):
         # SplitWithSize, one kernel: ops.split slices piece by piece in a Python
-        # loop that exceeds the graph's call depth at 128 tensors (docs/mindspore-behaviours.md).
+        # loop that exceeds the graph's call depth at 128 tensors
+        # (docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch).
         if self.one_kernel_split:
             return _split_with_size(flat, sizes, 0)
         return _sliced(flat, sizes, offsets)

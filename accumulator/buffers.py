@@ -17,7 +17,7 @@ def _times(factor, grad):
         factor = factor.astype(grad.dtype)
     if grad.dtype == ms.bfloat16:  # MulNoNan has no bfloat16 kernel on CPU
         return ops.where(factor != 0, grad * factor, ops.zeros_like(grad))
-    # MulNoNan, not where(factor != 0, ...): no zeros or mask tensors (docs/performance.md#memory).
+    # MulNoNan, not where(factor != 0, ...): no zeros or mask tensors (docs/how-it-works.md#one-window-equals-the-large-batch).
     return _mul_no_nan(grad, factor)
 
 

@@ -189,3 +189,25 @@ def test_the_checks_catch_a_bad_flag_an_unknown_extra_and_a_dead_link(tmp_path):
         check_shell_block(page, 7, lines)
     with pytest.raises(AssertionError, match=r"no extra \['tests'\]"):
         check_shell_block(page, 7, ['pip install ".[tests]"'])
+
+
+CODE_LINK = re.compile(r"(docs/[\w-]+\.md)#([\w-]+)")
+
+
+def code_links(source):
+    """``(page, anchor)`` for each ``docs/X.md#anchor`` a source file's text names."""
+    return CODE_LINK.findall(source)
+
+
+@pytest.mark.parametrize("package", ["accumulator", "training", "data", "models", "benchmarks"])
+def test_every_section_code_links_to_exists(package):
+    broken = [f"{path.relative_to(ROOT)}: {page}#{anchor}" for path in sorted((ROOT / package).glob("*.py"))
+              for page, anchor in code_links(path.read_text(encoding="utf-8"))
+              if not (ROOT / page).exists() or anchor not in heading_anchors(ROOT / page)]
+    assert broken == []
+
+
+def test_a_code_link_to_a_missing_section_is_found():
+    assert code_links("x  # see (docs/precision.md#no-such-part) and docs/how-it-works.md#the-state") == [
+        ("docs/precision.md", "no-such-part"), ("docs/how-it-works.md", "the-state")]
+    assert "no-such-part" not in heading_anchors(ROOT / "docs/precision.md")

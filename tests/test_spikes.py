@@ -1,0 +1,38 @@
+"""SkipSpikes alone: its gate against a running mean set by hand, and the mean it keeps."""
+import pytest
+import mindspore as ms
+from mindspore import Tensor, ops
+
+from accumulator import SkipSpikes
+from accumulator.spikes import NORM_DECAY
+
+
+def with_mean(mean, windows, factor=2.0, warmup=1):
+    policy = SkipSpikes(factor, warmup)
+    # The stored average is bias-corrected by 1 - decay^windows when read.
+    ops.assign(policy.norm_average, Tensor(mean * (1 - NORM_DECAY ** windows), ms.float32))
+    ops.assign(policy.norm_windows, Tensor(windows, ms.int32))
+    return policy
+
+
+@pytest.mark.parametrize("norm, passes", [(1.9, True), (2.1, False), (float("nan"), True)])
+def test_the_gate_closes_above_factor_times_the_mean_and_leaves_nan_to_the_finiteness_check(norm, passes):
+    assert bool(with_mean(1.0, 5).gate({"norm": Tensor(norm)})) is passes
+
+
+def test_during_warmup_nothing_is_a_spike():
+    assert bool(with_mean(1.0, 2, warmup=3).gate({"norm": Tensor(100.0)}))
+
+
+def test_only_applied_windows_enter_the_mean():
+    policy = SkipSpikes(2.0, 0)
+    policy.close_window((), {"norm": Tensor(4.0), "applied": Tensor(True)})
+    policy.close_window((), {"norm": Tensor(1000.0), "applied": Tensor(False)})
+    assert int(policy.norm_windows) == 1
+    assert float(policy.norm_average) / (1 - NORM_DECAY) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("bad", [1, 1.0, float("inf"), True, "2"])
+def test_a_factor_not_above_one_is_refused_with_its_value(bad):
+    with pytest.raises(ValueError, match="spike_factor must be a number above 1 or None"):
+        SkipSpikes(bad)
