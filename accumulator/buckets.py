@@ -25,7 +25,8 @@ _slice = ops.Slice()
 # Elements per packed bucket: 4 MB of float32, so a micro-step's concat copy stays small.
 CAP = 1 << 20
 # A parameter above this many elements keeps its own buffer: its kernels' launch is small beside their
-# work, and packing it would copy it in a concat every micro-step (1.54x the plain step on MNIST's net).
+# work, and packing it would copy it in a concat every micro-step
+# (docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch).
 ALONE = 1 << 16
 
 

@@ -51,7 +51,7 @@ def _row_sums(tensor):
         width = _row_width(tensor.size)
         if width == 1:
             return ops.matmul(tensor.reshape((1, -1)), ones((tensor.size, 1)))
-        # Rows, not one (1, size) row: that MatMul is 3x slower (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+        # Rows, not one (1, size) row, a slower MatMul (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
         return ops.matmul(tensor.reshape((-1, width)), ones((width, 1)))
     rows = tensor.reshape((tensor.shape[0], -1))
     return ops.matmul(rows, ones((rows.shape[1], 1)))
