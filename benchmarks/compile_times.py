@@ -35,7 +35,7 @@ def lm_config(lm_flags):
     Example:
         >>> config, flags = lm_config(["--width", "16"])
         >>> flags["synthetic"], flags["width"], config.batch_description()
-        (True, 16, '8 x 4 = effective 32')
+        (True, 16, '5 x 4 = effective 20')
     """
     from training.lm_command import parse_args
     return parse_args(["--synthetic", *lm_flags])

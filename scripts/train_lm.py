@@ -18,7 +18,7 @@ Examples:
 From Python (the tests import it as ``scripts.train_lm``):
     >>> config, flags = parse_args(["--synthetic", "--accumulate-step", "8"])
     >>> config.batch_description(), flags["loss"], flags["packing"]
-    ('8 x 8 = effective 64', 'token-sum', True)
+    ('5 x 8 = effective 40', 'token-sum', True)
 """
 import os
 import sys

@@ -17,9 +17,10 @@ import training.lm
 from helpers import run_msrun
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.checkpoints import save_epoch_checkpoint
-from training.lm import SYNTHETIC_MARKER
+from data.text import synthetic_text
+from training.lm import SYNTHETIC_MARKER, lm_task
 from training.lm_command import build_parser
-from training.loop import build_run
+from training.loop import build_run, epoch_windows
 from training.task import toy_task
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,6 +163,18 @@ def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_pat
     assert ", packed into rows of 64)" in lines["--packing"] and "packed" not in lines["--no-packing"]
     padding = {flag: float(out.split("% padding")[0].rsplit(" ", 1)[1]) for flag, out in lines.items()}
     assert 0 < padding["--packing"] < 25 < padding["--no-packing"] < 75, padding
+
+
+def test_the_default_window_holds_about_the_tokens_of_the_padded_one(tmp_path):
+    # The tool's text, windows only (nothing compiles): --batch-size defaults to fewer packed rows than padded ones.
+    path = tmp_path / "input.txt"
+    path.write_text(synthetic_text(training.lm.SYNTHETIC_BYTES, training.lm.SYNTHETIC_DATA_SEED))
+    windows = {}
+    for flags in ([], ["--no-packing"]):
+        config, tool = train_lm.parse_args(["--synthetic", *flags])
+        windows[tool["packing"]] = len(list(epoch_windows(config, lm_task(str(path), packing=tool["packing"]), 1)))
+    assert windows[True] == windows[False]  # as many updates an epoch over the same tokens
+    assert train_lm.parse_args(["--no-packing", "--batch-size", "3"])[0].batch_size == 3
 
 
 def test_resume_help_names_every_flag_a_resume_refuses_to_change():

@@ -322,13 +322,13 @@ def lm_summary_line(summary, config, epoch_tokens):
         >>> from training.config import TrainConfig
         >>> print(lm_summary_line({"final_test_loss": 2.0, "epochs": 2, "train_seconds": 40.0, "updates": 20},
         ...                       TrainConfig(batch_size=8, accumulate_step=4), epoch_tokens=90000))
-        final validation loss 2.0000 (perplexity 7.39); 4,500 tokens/s; effective batch 8 x 4 = effective 32 sequences, 9,000 tokens per update on average; 20 updates
+        final validation loss 2.0000 (perplexity 7.39); 4,500 tokens/s; effective batch 8 x 4 = effective 32 rows, 9,000 tokens per update on average; 20 updates
     """
     tokens = summary["epochs"] * epoch_tokens
     return (f"final validation loss {summary['final_test_loss']:.4f} (perplexity "
             f"{math.exp(min(summary['final_test_loss'], 50.0)):.2f}); "
             f"{tokens / summary['train_seconds']:,.0f} tokens/s; effective batch {config.batch_description()} "
-            f"sequences, {tokens / max(summary['updates'], 1):,.0f} tokens per update on average; "
+            f"rows, {tokens / max(summary['updates'], 1):,.0f} tokens per update on average; "
             f"{summary['updates']} updates")
 
 

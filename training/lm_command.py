@@ -11,7 +11,10 @@ from training.command import make_parser, parse_config
 from training.lm import LOSSES, MAX_LENGTH, PROMPT, SAMPLE_TOKENS, SYNTHETIC_BYTES
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "momentum")
-DEFAULTS = dict(batch_size=8, accumulate_step=4, epochs=3, lr=1e-2, optimizer="adamw")
+DEFAULTS = dict(batch_size=5, accumulate_step=4, epochs=3, lr=1e-2, optimizer="adamw")
+# --batch-size's default with --no-packing: one sample per row. Packed rows hold several, so 5 of them take about
+# the tokens of 8 padded rows: the default window updates on the same tokens either way (docs/language-model-tool.md).
+PADDED_BATCH_SIZE = 8
 # The flags that are not TrainConfig fields: the data, the model and the loss.
 TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "packing", "loss",
               "sample_tokens")
@@ -29,7 +32,7 @@ def build_parser():
     parser, data = make_parser(
         "train_lm.py", "Train a small causal transformer on text with gradient accumulation that equals the "
         "large batch token for token, then sample from it. Each optimizer update averages the gradient over "
-        "the tokens of batch-size x accumulate-step sequences.", OPTIMIZERS, DEFAULTS, sample="sequence",
+        "the tokens of batch-size x accumulate-step rows.", OPTIMIZERS, DEFAULTS, sample="row",
         run_flags=RUN_FLAGS)
     data.add_argument("--data-dir", default=None, metavar="DIR",
                       help=f"folder with input.txt; Tiny Shakespeare is downloaded into it when missing "
@@ -44,9 +47,9 @@ def build_parser():
                            "ends (default %(default)s)")
     data.add_argument("--packing", action=argparse.BooleanOptionalAction, default=True,
                       help="pack several samples into each row of --max-length tokens, each attending to itself "
-                           "alone (positions restart per sample), so rows hold padding only at their tail; "
-                           "--batch-size then counts rows. --no-packing: one sample per row, padded "
-                           "(default: packing)")
+                           "alone (positions restart per sample), so rows hold padding only at their tail. "
+                           f"--no-packing: one sample per row, padded, and --batch-size {PADDED_BATCH_SIZE} unless "
+                           "given, the same tokens per update (default: packing)")
 
     model = parser.add_argument_group("model and loss")
     model.add_argument("--width", type=positive_int, default=64, metavar="N",
@@ -68,12 +71,19 @@ def build_parser():
 def parse_args(argv=None):
     """The checked flags as ``(TrainConfig, tool flags)``; errors exit with status 2 and a usage line.
 
+    ``--batch-size`` defaults to ``DEFAULTS``' packed rows, or to
+    ``PADDED_BATCH_SIZE`` with ``--no-packing``.
+
     Example:
         >>> config, flags = parse_args(["--batch-size", "16", "--synthetic", "--width", "32"])
         >>> config.effective_batch_size, flags["synthetic"], flags["width"]
         (64, True, 32)
+        >>> parse_args([])[0].batch_size, parse_args(["--no-packing"])[0].batch_size
+        (5, 8)
     """
     parser = build_parser()
+    if not parser.parse_args(argv).packing:
+        parser.set_defaults(batch_size=PADDED_BATCH_SIZE)
     config, flags = parse_config(parser, argv, TOOL_FLAGS, RUN_FLAGS)
     if flags["width"] % flags["heads"]:
         parser.error(f"--width {flags['width']} must be a multiple of --heads {flags['heads']}")
