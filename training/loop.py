@@ -177,16 +177,17 @@ def build_run(config, task):
 
 
 def _last(accumulator):
-    """``accumulate``'s ``last`` for the next micro-batch: None, or a bool Tensor read from the window's position.
+    """``accumulate``'s ``last`` for the next micro-batch: None, or a bool Tensor from ``step()``'s count on the host.
 
     Only ``track_noise=True`` samples the window's last micro-batch. A
     Tensor makes that sample a branch in the graph; Python bools would make
     two graphs without one. The branch was no slower per micro-step and
-    saves a compile (docs/language-model-tool.md, Speed).
+    saves a compile (docs/language-model-tool.md, Speed). The position is
+    the host's, not read from the device: a micro-step waits for none.
     """
     if not accumulator.hooks["sample_last"]:
         return None
-    return ms.Tensor(int(accumulator.micro_step) + 1 >= int(accumulator.accumulate_step))
+    return ms.Tensor(accumulator.host.position + 1 >= accumulator.host.size)
 
 
 def _applied_on_the_host(micro_step, accumulator):
