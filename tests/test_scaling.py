@@ -49,12 +49,17 @@ def test_sqrt_scales_adam_at_a_change_from_2_to_8():
     assert values["progress"] == 5.0   # κ = 1, then 4: the tuned run's updates
 
 
-def test_linear_scales_sgd_by_4_from_2_to_8():
+@pytest.mark.parametrize("make", [lambda p: nn.SGD(p, 0.1), lambda p: nn.Momentum(p, 0.1, 0.9),
+                                  lambda p: optim.SGD(p, lr=0.1), lambda p: mint.optim.Adam(p, lr=0.1)],
+                         ids=["nn.SGD", "nn.Momentum", "experimental.SGD", "mint.Adam"])
+def test_linear_scales_the_learning_rate_by_4_from_2_to_8(make):
     net = dense()
-    accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), {0: 2, 1: 8})
+    optimizer = make(net.trainable_params())
+    accumulator = Accumulator(optimizer, {0: 2, 1: 8})
     rule = ScaleRule(accumulator, "linear", tuned_step=2)
     train(net, accumulator, 10)
-    assert float(accumulator.optimizer.learning_rate) == pytest.approx(0.4)
+    lr = optimizer.learning_rate if isinstance(optimizer, nn.Optimizer) else optimizer.param_groups[0]["lr"]
+    assert float(lr) == pytest.approx(0.4)
     assert rule.record()["progress"] == 5.0
 
 
