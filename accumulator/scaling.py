@@ -30,7 +30,7 @@ from accumulator.schedule import NoiseScaleSchedule
 
 RULES = ("linear", "sqrt", "adascale")
 # Optimizers that hand their learning rate to a kernel as a Python float, compiled into their graph.
-COMPILED_LR = {mint.optim.SGD: "lr_float", mint.optim.AdamW: "lr (float(lr) for its fused kernel)"}
+COMPILED_LR = {mint.optim.SGD: ("lr_float", ""), mint.optim.AdamW: ("lr", ", float(lr), for its fused kernel")}
 BETAS_AS_PARAMETERS = (optim.Adam, optim.AdamW)
 
 
@@ -60,11 +60,10 @@ def _parameter(value, dtype, name):
 def _learning_rates(optimizer):
     """The optimizer's learning-rate Parameters, or a ValueError naming what holds it instead."""
     name = type(optimizer).__name__
-    for kind, where in COMPILED_LR.items():
-        if type(optimizer) is kind:
-            value = optimizer.param_groups[0][where.split()[0]]
-            raise ValueError(f"ScaleRule needs the learning rate as a Parameter: {name} keeps {where}="
-                             f"{float(value):g} as a Python float compiled into its graph")
+    if type(optimizer) in COMPILED_LR:
+        key, how = COMPILED_LR[type(optimizer)]
+        raise ValueError(f"ScaleRule needs the learning rate as a Parameter: {name} keeps {key}="
+                         f"{float(optimizer.param_groups[0][key]):g} as a Python float compiled into its graph{how}")
     if isinstance(optimizer, NewOptimizer):
         return list(optimizer.lrs)
     if optimizer.dynamic_lr:

@@ -141,6 +141,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one_across_a_change(tmp_path):
     (lambda p: mint.optim.Adam(p, lr=0.01), "sqrt", "Adam has beta1=0.9 as a constant compiled into its graph"),
     (lambda p: optim.SGD(p, lr=0.1), "sqrt", "SGD has no betas"),
     (lambda p: mint.optim.SGD(p, lr=0.1), "linear", "SGD keeps lr_float=0.1 as a Python float compiled into its graph"),
+    (lambda p: mint.optim.AdamW(p, lr=0.01), "linear",
+     "AdamW keeps lr=0.01 as a Python float compiled into its graph, float\\(lr\\), for its fused kernel"),
     (lambda p: nn.SGD(p, nn.ExponentialDecayLR(0.1, 0.9, 10)), "linear",
      "SGD.s learning_rate is a schedule, ExponentialDecayLR, it evaluates in its graph"),
     (lambda p: nn.SGD(p, 0.1), "adascale", r"needs the noise averages: Accumulator\(..., track_noise=True\)"),
