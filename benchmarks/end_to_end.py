@@ -18,10 +18,11 @@ batch) and, with ``--experiments``, the other candidates. Apart, so that
 their threads never share a worker with the tool's timing.
 
 An ``lm`` worker does the same for ``scripts/train_lm.py``: its task
-(``training.lm.lm_task``, on the ``--synthetic`` text) against its step on
-windows of padded Tensors built beforehand, in tokens/s: every worker
-counts what its task counts (``Task.count``: MNIST's samples, the language
-model's tokens), in the field ``samples``.
+(``training.lm.lm_task``, on the ``--synthetic`` text, its rows packed as
+the tool packs them by default) against its step on the same windows built
+beforehand, in tokens/s: every worker counts what its task counts
+(``Task.count``: MNIST's samples, the language model's tokens), in the
+field ``samples``.
 
 A last worker, when PyTorch is installed, trains the same network with the
 same accumulation (summed loss, divided by the window's samples; one update
