@@ -5,7 +5,8 @@ window's close in stages), ``policy`` (what a policy is) and the policies,
 one module each: ``nonfinite``, ``loss_scaling``, ``clipping``, ``spikes``,
 ``noise`` (the gradient noise scale), ``batchnorm`` (moving statistics from
 the whole window), mapped from the keywords in ``options``; ``schedule``
-(how N may change, the adaptive window); the drivers besides the in-graph
+(how N may change, the adaptive window), ``scaling`` (the optimizer's
+learning rate and betas following N); the drivers besides the in-graph
 call: ``host_step`` (``step()``), ``window`` (a whole window per compiled
 call), ``whole_batch`` (losses over the whole window, such as contrastive
 ones, made exact), ``cell`` (``mindspore.train.Model``); ``state``
