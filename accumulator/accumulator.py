@@ -6,7 +6,7 @@ from mindspore.experimental.optim import Optimizer as NewOptimizer
 from accumulator import buffers
 from accumulator.buckets import Buckets
 from accumulator.checks import grads_match
-from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT
+from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, state_parameter
 from accumulator.host_step import HostStep
 from accumulator.noise import NoiseTracker
 from accumulator.options import keyword_policies
@@ -44,10 +44,6 @@ def _check_arguments(optimizer, reduction, grad_reducer, accumulate_dtype):
     if accumulate_dtype is not None and accumulate_dtype not in FLOAT_DTYPES:
         raise ValueError(f"accumulate_dtype must be None or one of {[str(d) for d in FLOAT_DTYPES]}, "
                          f"got {accumulate_dtype}")
-
-
-def _state_parameter(value, dtype, name):
-    return Parameter(Tensor(value, dtype), name=f"accumulator.{name}", requires_grad=False)
 
 
 def _reduced(grads, total, closing, grad_reducer):
@@ -137,12 +133,12 @@ class Accumulator:
         self.buckets = Buckets(optimizer.parameters, dtypes)
         self.buffers = self.buckets.zeros(optimizer.parameters, "accumulator")
         self._casts = any(d != p.dtype for d, p in zip(dtypes, optimizer.parameters))
-        self.accumulate_step = _state_parameter(self.schedule.first_step, ms.int32, "accumulate_step")
-        self.micro_step = _state_parameter(0, ms.int32, "micro_step")
-        self.weight_total = _state_parameter(0.0, ms.float32, "weight_total")
-        self.update_count = _state_parameter(0, ms.int32, "update_count")
-        self.skipped_windows = _state_parameter(0, ms.int32, "skipped_windows")
-        self.ready = _state_parameter(False, ms.bool_, "ready")  # set and cleared in one call: not checkpointed
+        self.accumulate_step = state_parameter(self.schedule.first_step, ms.int32, "accumulate_step")
+        self.micro_step = state_parameter(0, ms.int32, "micro_step")
+        self.weight_total = state_parameter(0.0, ms.float32, "weight_total")
+        self.update_count = state_parameter(0, ms.int32, "update_count")
+        self.skipped_windows = state_parameter(0, ms.int32, "skipped_windows")
+        self.ready = state_parameter(False, ms.bool_, "ready")  # set and cleared in one call: not checkpointed
         self.policies = []
         self.hooks = {hook: [] for hook in HOOKS}
         self.needs = {"norm": False, "finite": False}  # what the window summary computes

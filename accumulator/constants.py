@@ -8,7 +8,7 @@ are Tensors made here once, and ``ones`` is a ``Ones`` primitive of our own
 (docs/mindspore-behaviours.md#libraries-may-patch-opsones-and-opszeros).
 """
 import mindspore as ms
-from mindspore import Tensor, ops
+from mindspore import Parameter, Tensor, ops
 
 TRUE = Tensor(True, ms.bool_)
 FALSE = Tensor(False, ms.bool_)
@@ -28,3 +28,13 @@ def ones(shape):
         [[1.0], [1.0]]
     """
     return _ones(shape, ms.float32)
+
+
+def state_parameter(value, dtype, name):
+    """A Parameter of the accumulator's state, ``accumulator.<name>``, not trained: what checkpoints hold.
+
+    Example:
+        >>> state_parameter(0, ms.int32, "micro_step").name
+        'accumulator.micro_step'
+    """
+    return Parameter(Tensor(value, dtype), name=f"accumulator.{name}", requires_grad=False)

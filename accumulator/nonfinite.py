@@ -1,7 +1,8 @@
 """Skipping what holds NaN or Inf: a whole window, or single micro-batches."""
 import mindspore as ms
-from mindspore import Parameter, Tensor, ops
+from mindspore import Tensor, ops
 
+from accumulator.constants import state_parameter
 from accumulator.policy import Policy
 from accumulator.sums import all_finite, on_cpu
 
@@ -48,8 +49,7 @@ class SkipNonFiniteMicroBatches(Policy):
 
     def __init__(self):
         self.by_matmul = on_cpu()
-        self.dropped_micro_batches = Parameter(Tensor(0, ms.int32), name="accumulator.dropped_micro_batches",
-                                               requires_grad=False)
+        self.dropped_micro_batches = state_parameter(0, ms.int32, "dropped_micro_batches")
 
     def state_parameters(self):
         return [self.dropped_micro_batches]

@@ -1,17 +1,14 @@
 """Skipping a window whose gradient norm spikes far above the recent windows'."""
 import mindspore as ms
-from mindspore import Parameter, Tensor, ops
+from mindspore import Tensor, ops
 
 from accumulator.checks import non_negative_int
+from accumulator.constants import state_parameter
 from accumulator.policy import Policy
 
 # The running mean of window norms a spike is measured against: an
 # exponential average over roughly the last ten windows, bias-corrected.
 NORM_DECAY = 0.9
-
-
-def _state(value, dtype, name):
-    return Parameter(Tensor(value, dtype), name=f"accumulator.{name}", requires_grad=False)
 
 
 @ms.jit_class
@@ -36,8 +33,8 @@ class SkipSpikes(Policy):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {factor!r}")
         self.factor = float(factor)
         self.warmup = max(non_negative_int(warmup, "spike_warmup"), 1)
-        self.norm_average = _state(0.0, ms.float32, "norm_average")
-        self.norm_windows = _state(0, ms.int32, "norm_windows")
+        self.norm_average = state_parameter(0.0, ms.float32, "norm_average")
+        self.norm_windows = state_parameter(0, ms.int32, "norm_windows")
 
     def state_parameters(self):
         return [self.norm_average, self.norm_windows]
