@@ -285,6 +285,24 @@ def _build_apply_floor(spec):
                   _ms_sync, _ms_weights(optimizer))
 
 
+@register("two_graph_floor", "the least the recommended step's design can cost: a jitted micro-step adding into one "
+          "buffer per parameter, and apply_floor's optimizer and clear as a graph of its own after every N-th (no "
+          "mean, no check, no counters, no split)", modes=("graph",), experiment=True)
+def _build_two_graph_floor(spec):
+    import mindspore as ms
+    from benchmarks.floor import make_two_graph_floor
+    net, optimizer, loss_fn, data = _setup(spec)
+
+    def forward(x, y):
+        return loss_fn(net, x, y)
+
+    step, buffers = make_two_graph_floor(ms.value_and_grad(forward, None, optimizer.parameters), optimizer,
+                                         spec["accumulate"])
+    x, y = data(spec["batch"])
+    return Runner(lambda: step(x, y), spec["batch"], _nbytes(buffers), _nbytes(optimizer.parameters), _ms_sync,
+                  _ms_weights(optimizer))
+
+
 # Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
 def _register_option(name, doc, **options):
     """An experiment row: the Accumulator with ``options``, in the per-micro-step step."""

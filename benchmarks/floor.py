@@ -142,3 +142,45 @@ def make_apply_floor(optimizer):
         return buffers[0].sum()
 
     return ms.jit(apply), buffers
+
+
+def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
+    """A ``step(x, y)``: the least the recommended step's design (a micro-step graph, an apply graph) can cost.
+
+    A jitted micro-step that adds its gradients into one buffer per
+    parameter, and, after every ``accumulate_step``-th, ``make_apply_floor``'s
+    optimizer-and-clear as a graph of its own, called from the host: no mean,
+    no check, no counters, no buckets and no split. The ``two_graph_floor``
+    row times it beside the recommended step, which does the same work plus
+    those. Returns the step and the buffers.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import Tensor, nn
+        >>> net = nn.Dense(3, 1, weight_init="zeros", bias_init="zeros")
+        >>> optimizer = nn.SGD(net.trainable_params(), learning_rate=0.5)
+        >>> grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
+        >>> step, buffers = make_two_graph_floor(grad_fn, optimizer, 2)
+        >>> x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.ones((4, 1), np.float32))
+        >>> step(x, y); net.bias.asnumpy()  # half a window: nothing applied
+        array([0.], dtype=float32)
+        >>> step(x, y); net.bias.asnumpy(), float(buffers[1].asnumpy()[0])  # ones + 2 gradients of -2, cleared
+        (array([1.5], dtype=float32), 0.0)
+    """
+    apply, buffers = make_apply_floor(optimizer)
+
+    def micro_step(x, y):
+        loss, grads = grad_fn(x, y)
+        _hyper_map(_add_into, buffers, grads)
+        return loss
+
+    micro_step = ms.jit(micro_step)
+    position = [0]
+
+    def step(x, y):
+        micro_step(x, y)
+        position[0] = (position[0] + 1) % accumulate_step
+        if position[0] == 0:
+            apply()
+
+    return step, buffers

@@ -32,7 +32,8 @@ def test_experiment_rows_join_only_when_asked():
     experiments = {name for name, contender in CONTENDERS.items() if contender.experiment}
     assert experiments == {"acc_no_finite_check", "acc_micro_batch", "acc_noise", "acc_noise_micro_batch",
                            "acc_read_pass", "acc_sum", "window_noise", "window_floor", "window_floor_mean",
-                           "window_floor_check", "window_floor_checked", "micro_floor", "apply_floor"}
+                           "window_floor_check", "window_floor_checked", "micro_floor", "apply_floor",
+                           "two_graph_floor"}
     assert not experiments & set(available_contenders())
     assert experiments <= set(available_contenders(experiments=True))
 
