@@ -6,7 +6,6 @@ import sys
 
 import pytest
 
-from helpers import sweep
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO_ROOT, "scripts", "benchmark.py")
@@ -20,8 +19,8 @@ def run_script(*flags, cwd=None, timeout=60):
                           cwd=cwd)
 
 
-# Each case starts the script (about 2 CPU-seconds): the fast path runs three, the full suite all.
-@pytest.mark.parametrize("flags, named", sweep([
+# Every bad value, parsed in this process by the script's own parse_args (main's first call, before any worker).
+BAD_VALUES = [
     (("--nets", "foo"), ("--nets", "'foo'", "'mnist', 'wide'")),
     (("--nets", "mnist,"), ("--nets", "''", "'mnist', 'wide'")),
     (("--contenders", "acumulator"), ("--contenders", "'acumulator'", "'accumulator'", "'window'")),
@@ -41,13 +40,31 @@ def run_script(*flags, cwd=None, timeout=60):
     (("--paired", "--contenders", "accumulator"), ("--paired", "two or more")),
     (("--compile-times", "--lm-flags", "--width 0"), ("--lm-flags", "'--width 0'", "--width", "positive integer")),
     (("--compile-times", "--lm-flags=--window-step"), ("--lm-flags", "'--window-step'", "graph mode")),
-], fast=3))
-def test_a_bad_value_exits_2_naming_the_flag_and_the_valid_values(flags, named):
-    done = run_script(*flags, "--quick", timeout=30)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("usage: benchmark.py")
+]
+
+
+def assert_refused(code, stderr, named):
+    assert code == 2, stderr
+    assert stderr.startswith("usage: benchmark.py")
     for text in named:
-        assert text in done.stderr, (text, done.stderr)
+        assert text in stderr, (text, stderr)
+
+
+@pytest.mark.parametrize("flags, named", BAD_VALUES)
+def test_a_bad_value_exits_2_naming_the_flag_and_the_valid_values(flags, named, monkeypatch, capsys):
+    from scripts.benchmark import parse_args
+    monkeypatch.setattr(sys, "argv", [SCRIPT])
+    with pytest.raises(SystemExit) as exited:
+        parse_args([*flags, "--quick"])
+    assert_refused(exited.value.code, capsys.readouterr().err, named)
+
+
+# The front door itself, for a value argparse refuses and one parse_args refuses after parsing (about 2
+# CPU-seconds each): the script exits 2 before main() starts anything.
+@pytest.mark.parametrize("flags, named", [BAD_VALUES[0], BAD_VALUES[-1]])
+def test_the_script_refuses_a_bad_value_before_any_worker(flags, named):
+    done = run_script(*flags, "--quick", timeout=30)
+    assert_refused(done.returncode, done.stderr, named)
     # Nothing started: no worker's progress line, no table.
     assert not any(line.startswith("[") for line in done.stderr.splitlines()) and done.stdout == ""
 
