@@ -9,7 +9,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from accumulator import Accumulator, make_window_step
 from helpers import (accumulated_step, assert_states_close, DoublingReducer, grad_fn_for, large_batch_step,
                      make_data, make_net, make_optimizer, optimizer_state, OPTIMIZERS,
-                     reduced_window_state, reference_state, split, sweep)
+                     reduced_window_state, reference_state, split)
 
 
 class OneWeight(nn.Cell):
@@ -52,8 +52,10 @@ def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
     assert bool(step(gradient(12.0), Tensor(3.0, ms.float32)))
     assert w.asnumpy().tolist() == [-3.5]                               # 0 - 1 * (2 + 12) / (1 + 3)
 
+# N is a state Parameter, not a constant of the graph: every N compiles the same step. 4 holds several micro-steps
+# back per window, 1 closes every one; a third N would run the same graph on other values.
 @pytest.mark.parametrize("optimizer_name", OPTIMIZERS)
-@pytest.mark.parametrize("accumulate_step", sweep([4, 1, 2], fast=2))
+@pytest.mark.parametrize("accumulate_step", [4, 1])
 def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
     x, y = make_data(24)
     windows = [(x[:12], y[:12]), (x[12:], y[12:])]
