@@ -52,7 +52,7 @@ def contender(flags, path, seed=0):
     from training.lm_command import parse_args
     config, tool = parse_args(["--synthetic", "--seed", str(seed), *flags.split()])
     return config, lm_task(path, tool["loss"], tool["width"], tool["depth"], tool["heads"], tool["max_length"],
-                           tool["packing"])
+                           tool["packing"], tool["pack_within_windows"])
 
 
 def rows_and_padding(config, task):

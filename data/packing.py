@@ -26,12 +26,20 @@ from data.tokens import PAD
 NO_DOCUMENT = 0
 
 
-def first_fit(sizes, capacity):
+def first_fit(sizes, capacity, window=None):
     """Rows of indices into ``sizes``: each size, in the order given, goes to the first row with room for it.
 
     A row holds at most ``capacity``; a size that fits no open row opens a
     new one. Rows are listed in the order they were opened, each with its
     indices in the order they came, so the same ``sizes`` give the same rows.
+
+    ``window`` bounds how far a size moves: the rows come in windows of
+    ``window`` rows (rows ``0 .. window - 1``, then the next ``window``, ...)
+    and a size may go only to a row of the last window; when none of them
+    has room and the window is full, the size opens the next window. Each
+    window then holds the sizes of a run of consecutive indices, and every
+    window but the last exactly ``window`` rows. By default (None) any
+    open row may take a size, however far back it was opened.
 
     Raises:
         ValueError: a size is below 1 or above ``capacity``.
@@ -39,12 +47,15 @@ def first_fit(sizes, capacity):
     Example:
         >>> first_fit([5, 7, 3, 2, 4], capacity=8)
         [[0, 2], [1], [3, 4]]
+        >>> first_fit([5, 7, 6, 3], capacity=8, window=2), first_fit([5, 7, 6, 3], capacity=8)  # 3 stays in its window
+        ([[0], [1], [2], [3]], [[0, 3], [1], [2]])
         >>> first_fit([9], capacity=8)
         Traceback (most recent call last):
         ...
         ValueError: sizes must each be 1 to capacity (8), got 9 at index 0
     """
     capacity = positive_int(capacity, "capacity")
+    window = None if window is None else positive_int(window, "window")
     sizes = np.asarray(sizes, np.int64)
     bad = np.flatnonzero((sizes < 1) | (sizes > capacity))
     if bad.size:
@@ -52,8 +63,9 @@ def first_fit(sizes, capacity):
     free = np.empty(len(sizes), np.int64)  # the room left in each open row
     rows = []
     for index, size in enumerate(sizes):
-        fits = free[:len(rows)] >= size
-        row = int(fits.argmax()) if len(rows) and fits.any() else len(rows)
+        first = (len(rows) - 1) // window * window if window and rows else 0  # the first row that may take it
+        fits = free[first:len(rows)] >= size
+        row = first + int(fits.argmax()) if fits.any() else len(rows)
         if row == len(rows):
             rows.append([])
             free[row] = capacity

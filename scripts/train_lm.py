@@ -54,7 +54,7 @@ def main(argv=None):
     def body(config, stack):
         path = prepare_text(flags["data_dir"], flags["synthetic"], flags["text_url"], stack)
         task = lm_task(path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"],
-                       flags["packing"])
+                       flags["packing"], flags["pack_within_windows"])
         summary, run = train(config, task)
         if flags["sample_tokens"] and config.main_rank:
             print(f"sample from {PROMPT!r}, at temperature {SAMPLE_TEMPERATURE}:\n"

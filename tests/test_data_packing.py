@@ -62,3 +62,22 @@ def test_pack_rows_takes_the_rows_it_is_given_and_refuses_bad_ones():
         pack_rows([[1, 2, 3, 4, 5]], 3)
     with pytest.raises(ValueError, match="got one of 1"):
         pack_rows([[1]], 3)
+
+
+@pytest.mark.parametrize("window", [1, 3, 20])
+def test_first_fit_within_windows_keeps_each_size_in_a_window_of_consecutive_indices(window):
+    sizes = np.random.default_rng(1).integers(1, 65, size=300)
+    rows = first_fit(sizes, 64, window)
+    assert sorted(i for row in rows for i in row) == list(range(300))   # nothing lost, nothing twice
+    assert all(sum(sizes[i] for i in row) <= 64 for row in rows)
+    assert all(row == sorted(row) for row in rows)
+    windows = [sorted(i for row in rows[start:start + window] for i in row) for start in range(0, len(rows), window)]
+    assert all(len(rows[start:start + window]) == window for start in range(0, len(rows) - window, window))
+    assert [i for indices in windows for i in indices] == list(range(300))  # windows in order, each a run
+    for start, run in zip(range(0, len(rows), window), windows):
+        block = rows[start:start + window]
+        assert [[run[k] for k in row] for row in first_fit(sizes[run], 64)] == block  # plain first fit within it
+        if run[-1] + 1 < len(sizes):                                     # and the next size had no room in it
+            assert all(sum(sizes[i] for i in row) + sizes[run[-1] + 1] > 64 for row in block)
+    assert first_fit(sizes, 64, len(sizes)) == first_fit(sizes, 64)    # a window as long as the epoch: no bound
+    assert len(first_fit(sizes, 64, window)) >= len(first_fit(sizes, 64))

@@ -13,6 +13,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+import data.packing
 import training.lm
 from helpers import run_msrun
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
@@ -114,6 +115,7 @@ def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, caps
     (["--loss", "micro-batch-mean"], "--loss was token-sum, now micro-batch-mean"),
     (["--width", "64"], "--width was 32, now 64"),
     (["--no-packing"], "--packing was True, now False"),
+    (["--pack-within-windows"], "--pack-within-windows was False, now True"),
 ])
 def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tmp_path, capsys, changed, message):
     # The checkpoint records the settings the tool parsed; the network saved does not matter, as in the MNIST tool's
@@ -165,6 +167,27 @@ def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_pat
     assert 0 < padding["--packing"] < 25 < padding["--no-packing"] < 75, padding
 
 
+def test_pack_within_windows_packs_each_sample_into_a_row_of_its_own_window(tmp_path, capsys, small_synthetic,
+                                                                            monkeypatch):
+    calls = {}
+
+    def first_fit(sizes, capacity, window=None):  # the tool's own, recorded
+        calls[window] = data.packing.first_fit(sizes, capacity, window)
+        return calls[window]
+
+    monkeypatch.setattr(training.lm, "first_fit", first_fit)
+    assert train_lm.parse_args([])[1]["pack_within_windows"] is False
+    for flags in ([], ["--pack-within-windows"]):
+        train_lm.main(["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--mode", "pynative",
+                       *TINY, *flags])
+        assert "% padding" in capsys.readouterr().out
+    assert sorted(calls, key=str) == [8, None]  # --batch-size 4 x --accumulate-step 2 rows a window, or no bound
+    for window, rows in calls.items():
+        samples = [i for start in range(0, len(rows), 8) for i in sorted(sum(rows[start:start + 8], []))]
+        # Within windows each window holds a run of the shuffled order; unbounded, some samples move forward.
+        assert (samples == sorted(samples)) == (window == 8)
+
+
 def test_the_default_window_holds_about_the_tokens_of_the_padded_one(tmp_path):
     # The tool's text, windows only (nothing compiles): --batch-size defaults to fewer packed rows than padded ones.
     path = tmp_path / "input.txt"
@@ -181,7 +204,7 @@ def test_resume_help_names_every_flag_a_resume_refuses_to_change():
     help_text = " ".join(build_parser().format_help().split())
     resume_help = help_text[help_text.index("--resume continue"):help_text.index("--overwrite start")]
     for name in ("batch-size", "accumulate-step", "lr", "optimizer", "seed", "shuffle", "drop-last",
-                 "loss", "max-length", "packing", "width", "depth", "heads"):
+                 "loss", "max-length", "packing", "pack-within-windows", "width", "depth", "heads"):
         assert f"--{name}," in resume_help, name
 
 
@@ -225,10 +248,11 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("packing, updates", [("--no-packing", 4), ("--packing", 3)])
+@pytest.mark.parametrize("packing, updates", [("--no-packing", 4), ("--packing", 3), ("--pack-within-windows", 3)])
 def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, packing, updates):
     # Rank r reads samples (packed: rows) r, r+2, ...: a window of 2 x 4 per rank holds the same 16 as one
-    # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree.
+    # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree. Packed within windows,
+    # a window is the 16 rows of both ranks, as one process's.
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--no-shuffle", "--drop-last",
               "--accumulate-step", "2", *TINY[:6], "--sample-tokens", "0", packing]
     train_lm.main([*common, "--batch-size", "8", "--ckpt-dir", str(tmp_path / "single")])  # writes the text too

@@ -180,7 +180,7 @@ def save_epoch_checkpoint(run, config, epoch, history):
 
 # What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
 # and no learning rate followed the window before --scale-rule.
-SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "scale_rule": "none"}
+SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none"}
 
 
 def check_settings(path, config):

@@ -134,7 +134,7 @@ class WarmupInverseSqrt(LearningRateSchedule):
 
 
 def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
-               length, packing=False, layout=None):
+               length, packing=False, within_windows=False, layout=None):
     """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, length]``.
 
     The samples (each at most ``length + 1`` tokens) are read in
@@ -152,6 +152,11 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     then sharded (dealt in turn, wrapped around to equal numbers, as
     ``reading_order`` deals samples) and batched, so every rank gets
     equally many rows, and ``drop_remainder`` drops a short last batch of rows.
+    With ``within_windows`` a sample is packed only into a row of its own
+    window (``first_fit``'s ``window``: the window's rows over all shards):
+    each window holds a run of consecutive samples of the order, where
+    first fit over the epoch moves short samples forward into rows opened
+    windows before.
 
     ``layout``, a dict, receives the epoch's ``"slots"`` (target positions
     computed, filler rows included) and ``"tokens"`` (targets that are not
@@ -176,7 +181,8 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)  # checks
         order = reading_order(len(samples), 1, shuffle, seed)
         ordered = [samples[i] for i in order]
-        rows = first_fit([len(sample) - 1 for sample in ordered], length)
+        window = batch_size * accumulate_step * (num_shards or 1) if within_windows else None
+        rows = first_fit([len(sample) - 1 for sample in ordered], length, window)
         taken = reading_order(len(rows), batch_size, False, None, drop_remainder, num_shards, shard_id)
         inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
         documents = inputs[:, 1].max(axis=-1)
@@ -242,7 +248,8 @@ def _targets(samples):
     return sum(len(sample) - 1 for sample in samples)
 
 
-def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_length=MAX_LENGTH, packing=True):
+def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_length=MAX_LENGTH, packing=True,
+            within_windows=False):
     """The byte-level language model on the corpus at ``corpus_path``, as a ``Task``.
 
     The text is split into samples of at most ``max_length`` tokens
@@ -250,7 +257,8 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     The network is ``models.transformer.CausalLM(257, width, depth, heads, max_length)``;
     training and validation batches are all ``max_length`` long: with
     ``packing`` (the default) rows of several samples, each attended to
-    alone (``lm_windows``), else one sample per row, padded. ``loss="token-sum"`` sums the token loss and counts
+    alone (``lm_windows``; with ``within_windows`` each sample packed into a row
+    of its own window), else one sample per row, padded. ``loss="token-sum"`` sums the token loss and counts
     tokens, so windows equal the large batch; ``"micro-batch-mean"`` takes
     each micro-batch's mean and counts each micro-batch once, the mean of
     means a naive loop computes (its reported losses are means of means too).
@@ -287,7 +295,8 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
         train_samples=len(train),
         make_net=functools.partial(CausalLM, VOCAB_SIZE, width, depth, heads, max_length),
         make_loss=functools.partial(TokenLossCell, mean),
-        train_windows=functools.partial(lm_windows, train, length=max_length, packing=packing, layout=layout),
+        train_windows=functools.partial(lm_windows, train, length=max_length, packing=packing,
+                                        within_windows=within_windows, layout=layout),
         test_batches=functools.partial(lm_batches, validation, length=max_length, packing=packing),
         count=count_one if mean else count_tokens,
         correct=correct_fraction if mean else correct_tokens,

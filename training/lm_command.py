@@ -16,10 +16,10 @@ DEFAULTS = dict(batch_size=5, accumulate_step=4, epochs=3, lr=1e-2, optimizer="a
 # the tokens of 8 padded rows: the default window updates on the same tokens either way (docs/language-model-tool.md).
 PADDED_BATCH_SIZE = 8
 # The flags that are not TrainConfig fields: the data, the model and the loss.
-TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "packing", "loss",
-              "sample_tokens")
+TOOL_FLAGS = ("data_dir", "synthetic", "text_url", "width", "depth", "heads", "max_length", "packing",
+              "pack_within_windows", "loss", "sample_tokens")
 # Those that change the samples, the network or the arithmetic: a resumed run must repeat them.
-RUN_FLAGS = ("width", "depth", "heads", "max_length", "packing", "loss")
+RUN_FLAGS = ("width", "depth", "heads", "max_length", "packing", "pack_within_windows", "loss")
 
 
 def build_parser():
@@ -50,6 +50,11 @@ def build_parser():
                            "alone (positions restart per sample), so rows hold padding only at their tail. "
                            f"--no-packing: one sample per row, padded, and --batch-size {PADDED_BATCH_SIZE} unless "
                            "given, the same tokens per update (default: packing)")
+    data.add_argument("--pack-within-windows", action=argparse.BooleanOptionalAction, default=False,
+                      help="with --packing: pack each sample only into a row of its own window "
+                           "(batch-size x accumulate-step rows), so each window holds a run of consecutive samples "
+                           "of the shuffled order; --no-pack-within-windows: first fit over the whole epoch, "
+                           "which moves short samples forward by up to several windows (default: %(default)s)")
 
     model = parser.add_argument_group("model and loss")
     model.add_argument("--width", type=positive_int, default=64, metavar="N",
