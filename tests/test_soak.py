@@ -1,4 +1,5 @@
-"""Long runs hold memory flat: RSS after warm-up grows by less than 2% over 20k micro-steps."""
+"""Long runs hold memory flat: after warm-up, resident memory and malloc's bytes in use grow at less than 2% of
+RSS per 18k micro-steps (a 20k run's span)."""
 import json
 import os
 import subprocess
@@ -7,7 +8,12 @@ import sys
 import pytest
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak_worker.py")
-MICRO_STEPS = 20_000
+MICRO_STEPS = 5_000
+# A leak grows with every call, so the limit is a rate: 2% of RSS over the 18,000 micro-steps after a 20k run's
+# warm-up, about 0.6 KB per micro-step on this ~550 MB process. The nested-branch leak this test guards against
+# (docs/mindspore-behaviours.md) holds 2.4 KB per micro-step: four times the limit. RSS alone hides the first
+# ten-odd MB of a leak in the free chunks the compiles left; malloc's count of bytes in use shows it at once.
+GROWTH_PER_MICRO_STEP = 0.02 / 18_000
 
 
 @pytest.mark.slow
@@ -18,6 +24,8 @@ def test_memory_stays_flat_over_20k_micro_steps(kind):
     assert result.returncode == 0, result.stderr[-2000:]
     samples = json.loads(result.stdout.strip().splitlines()[-1])
     # The first tenth warms up: compile caches and memory pools fill there.
-    warm = [rss for step, rss in samples if step >= MICRO_STEPS // 10]
-    growth = (warm[-1] - warm[0]) / warm[0]
-    assert growth < 0.02, f"RSS grew {growth:.1%} after warm-up: {samples}"
+    warm = [sample for sample in samples if sample[0] >= MICRO_STEPS // 10]
+    (first_step, first_rss, first_malloc), (last_step, last_rss, last_malloc) = warm[0], warm[-1]
+    limit_mb = first_rss * GROWTH_PER_MICRO_STEP * (last_step - first_step)
+    assert last_rss - first_rss < limit_mb, f"RSS grew past {limit_mb:.1f} MB after warm-up: {samples}"
+    assert last_malloc - first_malloc < limit_mb, f"malloc grew past {limit_mb:.1f} MB after warm-up: {samples}"
