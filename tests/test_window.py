@@ -91,7 +91,9 @@ def assert_same_runs(actual, expected):
     assert int(actual[3].micro_step) == 0
 
 
-@pytest.mark.parametrize("accumulate_step", sweep([4, 1, 16]))
+# The loop's bound is a Tensor argument (window._loop): N=4, with its short last window of 2, runs the one loop
+# a larger N would; N=1 windows of a single micro-batch.
+@pytest.mark.parametrize("accumulate_step", sweep([4, 1]))
 def test_window_step_equals_per_micro_step_with_a_short_last_window(mode, accumulate_step):
     sizes = [[2] * accumulate_step] * 3
     if accumulate_step > 1:
