@@ -387,7 +387,7 @@ def main(argv=None):
     parser.add_argument("--speed", action="store_true",
                         help="time each run's epochs in one process, in turn, instead of the sweep (lm only)")
     parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
-                        help="the sweep(s) --json wrote, instead of running one (their seeds merged)")
+                        help="the sweep(s) --json wrote, instead of running one (merged; the plan's runs in its order)")
     parser.add_argument("--speed-json", default=None, metavar="PATH", help="the seconds of a --speed run's --json")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the records and the reports as JSON")
     parser.add_argument("--flags", default="", help="more flags for every run, one string (--flags='--lr 0.003')")
@@ -409,7 +409,8 @@ def main(argv=None):
         saved["results"] = {seed: speed(runs, args.epochs, f"--optimizer {optimizer} {args.flags}", seed, say=say)
                             for seed in args.seeds}
     elif args.from_json:
-        saved["results"] = load_results(args.from_json)
+        saved["results"] = {seed: {name: swept[name] for name, _, _ in runs if name in swept}  # in the plan's order
+                            for seed, swept in load_results(args.from_json).items()}
     else:
         if args.lr_sweep:
             lr, saved["lr_sweep"] = tune_lr(args.tool, args.lr_sweep, args.seeds, optimizer, flags, say)

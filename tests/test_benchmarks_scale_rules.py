@@ -100,6 +100,18 @@ def test_only_runs_the_runs_it_names_in_the_plan_s_order_and_refuses_a_name_not_
     assert "--only: no run named N=8 in the plan" in capsys.readouterr().err
 
 
+def test_parts_of_a_sweep_are_merged_in_the_plan_s_order(tmp_path):
+    parts = {"auto": epochs([3.5, 3.0, 2.5], 1.0), "auto sqrt": epochs([3.0, 1.5, 1.0], 1.0),
+             "N=1": epochs([3.0, 2.0, 1.0], 1.0)}
+    for name, records in parts.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps({"results": {"0": {name: records}}}))
+    scale_rules.main(["lm", "--windows", "1", "--from-json", *(str(tmp_path / f"{name}.json") for name in parts),
+                      "--json", str(tmp_path / "merged.json")])
+    saved = json.loads((tmp_path / "merged.json").read_text())
+    assert list(saved["results"]["0"]) == ["N=1", "auto", "auto sqrt"]
+    assert [check["met"] for check in saved["reports"]["0"]["checks"]] == [True, False, True, True]  # ties N=1
+
+
 def test_the_speed_run_s_seconds_replace_the_sweep_s_and_a_different_window_is_named():
     swept = {"N=1": epochs([2.0, 1.0], 50.0), "auto": [
         {"samples": 100, "seconds": 50.0, "test_loss": 1.5, "accumulate_step": 4},
