@@ -33,11 +33,12 @@ run's seconds per epoch.
 
 Run it (docs/scale-rules.md and BENCHMARKS.md have the results)::
 
-    python -m benchmarks.scale_rules lm --epochs 6 --windows 1 2 4 8 16 --seeds 0 1 \\
+    python -m benchmarks.scale_rules lm --epochs 5 --windows 1 2 4 8 16 --seeds 0 1 \\
         --lr-sweep 0.001 0.003 0.01 --flags="--batch-size 1" --json scale_rules_lm.json
-    python -m benchmarks.scale_rules lm --speed --epochs 6 --windows 1 2 4 8 16 \\
+    python -m benchmarks.scale_rules lm --speed --epochs 5 --windows 1 2 4 8 16 --seeds 0 1 \\
         --flags="--batch-size 1 --lr 0.003" --json scale_rules_speed.json
-    python -m benchmarks.scale_rules lm --from-json scale_rules_lm.json --speed-json scale_rules_speed.json
+    python -m benchmarks.scale_rules lm --windows 1 2 4 8 16 --from-json scale_rules_lm.json \\
+        --speed-json scale_rules_speed.json
     python -m benchmarks.scale_rules mnist --epochs 3 --optimizer sgd
 """
 import argparse
