@@ -369,7 +369,7 @@ def report(results, optimizer, timed=None, say=print):
         reports[seed] = analyse(runs, RIGHT_RULE[optimizer])
         say(f"seed {seed}:\n{format_report(runs, reports[seed])}")
     for check in across_seeds(reports):
-        say(f"{'met' if check['met'] else 'MISSED'} in {check['seeds']} seeds: {check['target']}")
+        say(f"{'met' if check['met'] else 'MISSED'} (met in {check['seeds']} seeds): {check['target']}")
     return reports
 
 

@@ -143,10 +143,10 @@ def test_the_targets_over_seeds_are_met_only_where_every_seed_meets_them_and_fro
     assert reports[1]["seconds_to_target"]["auto sqrt"] is None  # seed 1 timed by seed 0's speed run
     assert [check["met"] for check in reports[0]["checks"]] == [True, True, True, True]
     assert lines[-4:] == [
-        "MISSED in 1 of 2 seeds: (1) |auto sqrt - N=1| < |auto - N=1| at every epoch",
-        "MISSED in 1 of 2 seeds: (2) auto sqrt reaches N=1's epoch-3 loss sooner than N=1",
-        "MISSED in 1 of 2 seeds: (2) auto sqrt reaches N=1's epoch-3 loss sooner than auto",
-        "MISSED in 1 of 2 seeds: (2) auto sqrt reaches N=1's epoch-3 loss sooner than 1.10 x the fastest fixed window"]
+        "MISSED (met in 1 of 2 seeds): (1) |auto sqrt - N=1| < |auto - N=1| at every epoch",
+        "MISSED (met in 1 of 2 seeds): (2) auto sqrt reaches N=1's epoch-3 loss sooner than N=1",
+        "MISSED (met in 1 of 2 seeds): (2) auto sqrt reaches N=1's epoch-3 loss sooner than auto",
+        "MISSED (met in 1 of 2 seeds): (2) auto sqrt reaches N=1's epoch-3 loss sooner than 1.10 x the fastest fixed window"]
 
 
 @pytest.mark.slow  # two tiny language models compiled and trained for 2 epochs: about 15 s
