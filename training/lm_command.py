@@ -92,4 +92,6 @@ def parse_args(argv=None):
     config, flags = parse_config(parser, argv, TOOL_FLAGS, RUN_FLAGS)
     if flags["width"] % flags["heads"]:
         parser.error(f"--width {flags['width']} must be a multiple of --heads {flags['heads']}")
+    if flags["pack_within_windows"] and not flags["packing"]:
+        parser.error("--pack-within-windows bounds how packing moves samples, got --no-packing")
     return config, flags
