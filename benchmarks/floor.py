@@ -175,12 +175,13 @@ def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
         return loss
 
     micro_step = ms.jit(micro_step)
-    position = [0]
+    position = 0
 
     def step(x, y):
+        nonlocal position
         micro_step(x, y)
-        position[0] = (position[0] + 1) % accumulate_step
-        if position[0] == 0:
+        position = (position + 1) % accumulate_step
+        if position == 0:
             apply()
 
     return step, buffers
