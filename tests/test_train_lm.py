@@ -131,13 +131,19 @@ def test_resume_with_other_model_or_loss_flags_names_the_flag_and_both_values(tm
     assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"] and not data_dir.exists()
 
 
-def test_a_rule_the_optimizer_cannot_follow_is_one_line(tmp_path, capsys, small_synthetic):
-    # nn.SGD evaluates the tool's warm-up schedule inside its graph: nothing there for a rule to scale.
-    refused(capsys, ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", *TINY,
-                     "--optimizer", "sgd", "--scale-rule", "linear"],
-            "--scale-rule linear with --optimizer sgd: ScaleRule needs a constant learning rate Parameter: SGD's "
-            "learning_rate is a schedule, WarmupInverseSqrt, it evaluates in its graph; use an experimental.optim "
-            "optimizer with a scheduler")
+def test_sgd_follows_the_window_by_the_linear_rule_under_the_warm_up_schedule(tmp_path, capsys, small_synthetic):
+    # The schedule makes the tool's SGD an experimental.optim one, stepped per update: the rule can scale it.
+    train_lm.main(["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", *TINY, "--epochs", "1",
+                   "--optimizer", "sgd", "--scale-rule", "linear", "--ckpt-dir", str(tmp_path / "ckpt")])
+    out = capsys.readouterr().out
+    assert "sgd lr 0.01 for one micro-batch, following N by the linear rule" in out
+    updates = int(out.rsplit(" updates", 1)[0].rsplit(" ", 1)[1])
+    saved = checkpoint(tmp_path / "ckpt" / "epoch_001.ckpt")
+    scale, progress = saved["accumulator.scale_rule.lr_scale"], saved["accumulator.scale_rule.progress"]
+    # κ = 2 per full window; the epoch's last window holds 1 micro-batch here, scaled for what it holds.
+    assert (scale, progress) == (1, 2 * updates - 1) and saved["lr_scheduler.last_epoch"] == progress
+    expected = float(scale) * float(training.lm.WarmupInverseSqrt(0.01, training.lm.WARMUP_UPDATES)(ms.Tensor(int(progress))))
+    np.testing.assert_allclose(saved["learning_rate_group_0"], expected, rtol=1e-6)
 
 
 @pytest.mark.slow  # end to end: three runs of the tool

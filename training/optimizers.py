@@ -13,18 +13,31 @@ def make_optimizer(name, params, lr, weight_decay=0.0):
 
     ``momentum`` uses ``MOMENTUM``; the others take ``weight_decay`` as an
     L2 term, except ``adamw``: MindSpore 2.x's AdamW with decoupled decay
-    (``adamw_class``), which takes a number: it starts at a schedule's first
-    value, and ``make_lr_scheduler`` moves it along the schedule.
+    (``adamw_class``). With a number, ``sgd``, ``momentum`` and ``adam``
+    are ``nn`` optimizers. With a schedule, every one is an
+    ``experimental.optim`` optimizer whose learning rate is a Parameter: it
+    starts at the schedule's first value and ``make_lr_scheduler`` moves it
+    along, so a ``ScaleRule`` can scale it (an ``nn`` optimizer evaluates a
+    schedule inside its graph, where nothing can: docs/scale-rules.md#optimizers).
 
     Example:
+        >>> from mindspore.nn import PolynomialDecayLR
         >>> net = nn.Dense(3, 2)
         >>> type(make_optimizer("momentum", net.trainable_params(), 0.01)).__name__
         'Momentum'
+        >>> schedule = PolynomialDecayLR(0.1, 0.0, decay_steps=4, power=1.0)
+        >>> type(make_optimizer("momentum", net.trainable_params(), schedule)).__module__
+        'mindspore.experimental.optim.sgd'
         >>> make_optimizer("rmsprop", net.trainable_params(), 0.01)
         Traceback (most recent call last):
         ...
         ValueError: optimizer must be one of ('sgd', 'momentum', 'adam', 'adamw'), got 'rmsprop'
     """
+    if isinstance(lr, LearningRateSchedule) and name in ("sgd", "momentum", "adam"):
+        if name == "adam":
+            return optim.Adam(params, lr=_schedule_at(lr, 0), weight_decay=weight_decay)
+        return optim.SGD(params, lr=_schedule_at(lr, 0), momentum=MOMENTUM if name == "momentum" else 0.0,
+                         weight_decay=weight_decay)
     if name == "sgd":
         return nn.SGD(params, lr, weight_decay=weight_decay)
     if name == "momentum":
@@ -83,20 +96,20 @@ class FollowSchedule(optim.lr_scheduler.LRScheduler):
 
 
 def make_lr_scheduler(optimizer, lr, scale_rule=None):
-    """The scheduler to step once per update for ``optimizer`` and ``lr``: None where the optimizer reads ``lr`` itself.
+    """The scheduler to step once per update for ``optimizer`` and ``lr``: None for a constant ``lr``.
 
-    An ``nn.Optimizer`` evaluates a ``LearningRateSchedule`` at its own
-    ``global_step``; an ``experimental.optim`` one needs a ``FollowSchedule``,
-    which keeps ``scale_rule``'s factor (a ``ScaleRule`` or None).
+    For a ``LearningRateSchedule`` (``make_optimizer`` then made an
+    ``experimental.optim`` optimizer), a ``FollowSchedule``, which keeps
+    ``scale_rule``'s factor (a ``ScaleRule`` or None).
 
     Example:
         >>> from mindspore.nn import PolynomialDecayLR
         >>> net, schedule = nn.Dense(3, 2), PolynomialDecayLR(0.1, 0.0, decay_steps=4, power=1.0)
-        >>> make_lr_scheduler(make_optimizer("adam", net.trainable_params(), schedule), schedule) is None
+        >>> make_lr_scheduler(make_optimizer("adam", net.trainable_params(), 0.1), 0.1) is None
         True
         >>> type(make_lr_scheduler(make_optimizer("adamw", net.trainable_params(), schedule), schedule)).__name__
         'FollowSchedule'
     """
-    if isinstance(optimizer, nn.Optimizer) or not isinstance(lr, LearningRateSchedule):
+    if not isinstance(lr, LearningRateSchedule):
         return None
     return FollowSchedule(optimizer, lr, None if scale_rule is None else scale_rule.lr_scale)
