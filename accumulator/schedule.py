@@ -106,7 +106,12 @@ class NoiseScaleSchedule:
 
     Between windows, sets N so that the effective batch, micro-batch x N x
     ranks, is near the accumulator's ``noise_scale`` (McCandlish et al.'s
-    critical batch), rounded and clamped to ``[min_step, max_step]``. N
+    critical batch), rounded and clamped to ``[min_step, max_step]``. With
+    ``update_cost``, the seconds of one update (the optimizer and the
+    window's close) over those of one micro-step, N is instead the window
+    that trains fastest in seconds, √(update_cost x s) for a noise scale of
+    s micro-batches: samples' worth per second, as Pollux's goodput (Qiao et
+    al. 2021), under McCandlish et al.'s model (docs/batch-size.md#fastest-in-seconds). N
     moves only when the target is ``hysteresis`` times above or below it, so
     noise in the estimate does not make it flap, and only once the averages
     hold ``SETTLE_WINDOWS`` windows; until then N stays at ``first_step``.
@@ -127,13 +132,18 @@ class NoiseScaleSchedule:
         ...                           track_noise=True, micro_batch_size=32)
         >>> int(accumulator.accumulate_step), schedule.fixed_step
         (2, None)
+        >>> NoiseScaleSchedule(micro_batch_size=32, update_cost=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: update_cost must be None or a number above 0 (an update's seconds over a micro-step's), got 0
     """
 
     fixed_step = None
     reads_state = True
 
     def __init__(self, micro_batch_size: int, min_step: int = 1, max_step: int = 64, ranks: int = 1,
-                 hysteresis: float = 1.5, first_step: Optional[int] = None) -> None:
+                 hysteresis: float = 1.5, first_step: Optional[int] = None,
+                 update_cost: Optional[float] = None) -> None:
         self.micro_batch_size = positive_int(micro_batch_size, "micro_batch_size")
         self.min_step = positive_int(min_step, "min_step")
         self.max_step = positive_int(max_step, "max_step")
@@ -150,6 +160,11 @@ class NoiseScaleSchedule:
         self.first_step = measurable if first_step is None else positive_int(first_step, "first_step")
         if not self.min_step <= self.first_step <= self.max_step:
             raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
+        if update_cost is not None and (isinstance(update_cost, bool) or not isinstance(update_cost, numbers.Real)
+                                        or not 0 < update_cost < 1e9):
+            raise ValueError(f"update_cost must be None or a number above 0 (an update's seconds over a "
+                             f"micro-step's), got {update_cost!r}")
+        self.update_cost = None if update_cost is None else float(update_cost)
         self.noise = None
         self.current = None
 
@@ -161,10 +176,11 @@ class NoiseScaleSchedule:
         self.current = accumulator.accumulate_step
 
     def __call__(self, update_count):
-        # The averages' ratio: their bias corrections are the same and cancel.
-        noise_scale = self.noise.trace / self.noise.gradient
-        target = ops.round(noise_scale / (self.micro_batch_size * self.ranks))
-        target = ops.clip_by_value(target, float(self.lowest), float(self.max_step))
+        # The noise scale in micro-batches; the averages' ratio: their bias corrections are the same and cancel.
+        target = self.noise.trace / self.noise.gradient / (self.micro_batch_size * self.ranks)
+        if self.update_cost is not None:  # a Python float: decided when the graph is built
+            target = ops.sqrt(target * self.update_cost)
+        target = ops.clip_by_value(ops.round(target), float(self.lowest), float(self.max_step))
         current = self.current.astype(ms.float32)
         far = ops.logical_or(target >= current * self.hysteresis, target * self.hysteresis <= current)
         known = ops.logical_and(self.noise.windows >= SETTLE_WINDOWS, self.noise.gradient > 0)

@@ -69,3 +69,18 @@ def test_the_adaptive_window_moves_only_past_its_hysteresis(noise_scale, expecte
     assert int(schedule(Tensor(0, ms.int32))) == 4  # not settled yet
     accumulator.noise.windows.set_data(Tensor(SETTLE_WINDOWS, ms.int32))
     assert int(schedule(Tensor(0, ms.int32))) == expected
+
+
+@pytest.mark.parametrize("noise_scale, update_cost, expected", [(100.0, 2.0, 7), (100.0, 0.5, 4), (256.0, 1.0, 8),
+                                                                (-8.0, 1.0, 2)])
+def test_with_an_update_cost_the_window_aims_at_the_square_root_of_its_product_with_the_noise_scale(
+        noise_scale, update_cost, expected):
+    # Micro-batches of 4: 100 samples are 25 micro-batches, √(25 x 2) = 7.07, √(25 x 0.5) = 3.5 lies within 1.5x
+    # of 4; a negative trace (no noise measured) sets the lowest N, as it does without a cost.
+    schedule = NoiseScaleSchedule(micro_batch_size=4, min_step=1, max_step=16, first_step=4, update_cost=update_cost)
+    accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule, track_noise=True,
+                              micro_batch_size=4)
+    accumulator.noise.gradient.set_data(Tensor(1.0, ms.float32))
+    accumulator.noise.trace.set_data(Tensor(noise_scale, ms.float32))
+    accumulator.noise.windows.set_data(Tensor(SETTLE_WINDOWS, ms.int32))
+    assert int(schedule(Tensor(0, ms.int32))) == expected

@@ -208,11 +208,13 @@ def test_the_default_window_holds_about_the_tokens_of_the_padded_one(tmp_path):
     assert train_lm.parse_args(["--no-packing", "--batch-size", "3"])[0].batch_size == 3
 
 
-def test_resume_help_names_every_flag_a_resume_refuses_to_change():
+def test_resume_help_names_every_flag_a_resume_refuses_to_change(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse wraps at a flag's hyphens too: one line each
     help_text = " ".join(build_parser().format_help().split())
     resume_help = help_text[help_text.index("--resume continue"):help_text.index("--overwrite start")]
     for name in ("batch-size", "accumulate-step", "lr", "optimizer", "seed", "shuffle", "drop-last",
-                 "loss", "max-length", "packing", "pack-within-windows", "width", "depth", "heads"):
+                 "scale-rule", "update-cost", "loss", "max-length", "packing", "pack-within-windows", "width",
+                 "depth", "heads"):
         assert f"--{name}," in resume_help, name
 
 

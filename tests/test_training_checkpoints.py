@@ -177,10 +177,13 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(
     settings = TrainConfig(tool_settings={"packing": False}).resume_settings()
     path = str(tmp_path / "old.ckpt")
     ms.save_checkpoint([], path, append_dict={"config": json.dumps(
-        {name: value for name, value in settings.items() if name != "packing"})})
+        {name: value for name, value in settings.items() if name not in ("packing", "update_cost")})})
     check_settings(path, TrainConfig(tool_settings={"packing": False}))
     with pytest.raises(TrainingError, match="--packing was False, now True"):
         check_settings(path, TrainConfig(tool_settings={"packing": True}))
     # Nor "scale_rule", from before --scale-rule: the learning rate stayed as set.
     with pytest.raises(TrainingError, match="--scale-rule was none, now linear"):
         check_settings(path, TrainConfig(tool_settings={"packing": False}, scale_rule="linear"))
+    # Nor "update_cost", from before --update-cost: an adaptive window aimed at the noise scale.
+    with pytest.raises(TrainingError, match="--update-cost was None, now 1.5"):
+        check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="auto", update_cost=1.5))

@@ -27,6 +27,9 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"accumulate_step": "8"}, "accumulate_step must be a positive int, got '8'"),
     ({"accumulate_step": "auto", "window_step": True}, "accumulate_step='auto' changes N between windows"),
     ({"track_noise": 1}, "track_noise must be True or False, got 1"),
+    ({"update_cost": 0.0}, "update_cost must be a positive finite number, got 0.0"),
+    ({"update_cost": 1.5}, "update_cost sets how the adaptive window chooses N, got accumulate_step=2: pass "
+                           "accumulate_step='auto'"),
     ({"scale_rule": "cubic"}, "scale_rule must be one of ('none', 'linear', 'sqrt', 'adascale'), got 'cubic'"),
     ({"scale_rule": "sqrt"}, "scale_rule='sqrt' sets Adam's betas, which only optimizer='adamw' keeps where it can "
                              "(docs/scale-rules.md), got optimizer='sgd'"),

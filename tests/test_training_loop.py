@@ -94,10 +94,11 @@ def test_a_run_that_would_train_nothing_is_refused_before_anything_is_built(sett
 
 
 def test_a_run_that_tracks_noise_records_it_every_epoch_and_auto_moves_n_within_bounds(capsys):
-    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="auto", check=True)
+    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="auto", check=True, update_cost=2.0)
     summary, run = train(config, toy_task(16), progress=False)
     printed = capsys.readouterr().out
-    assert "batch 2 x auto (N from 2 to 64" in printed
+    assert "batch 2 x auto (N from 2 to 64, following sqrt(2 x the gradient noise scale))" in printed
+    assert run.accumulator.schedule.update_cost == 2.0
     assert re.search(r"equivalence check: equivalent: .*accumulator state [0-9.]+x the parameters' bytes", printed)
     history = [line for line in printed.splitlines() if line.startswith("epoch ")]
     assert len(history) == 2 and all("; noise scale " in line for line in history)

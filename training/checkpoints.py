@@ -179,8 +179,10 @@ def save_epoch_checkpoint(run, config, epoch, history):
 
 
 # What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
-# and no learning rate followed the window before --scale-rule.
-SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none"}
+# no learning rate followed the window before --scale-rule, and the adaptive window aimed at the noise scale
+# before --update-cost.
+SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none",
+                                "update_cost": None}
 
 
 def check_settings(path, config):

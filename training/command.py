@@ -89,6 +89,10 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                "lr x N), sqrt (AdamW: lr x sqrt N, betas 1 - N (1 - beta), eps / sqrt N), adascale "
                                "(SGD: lr x a gain from the measured noise, between 1 and N; implies --track-noise); "
                                "none leaves lr as set; docs/scale-rules.md (default %(default)s)")
+    training.add_argument("--update-cost", type=positive_float, default=None, metavar="X",
+                          help="with --accumulate-step auto: one update's seconds over one micro-step's; N is then "
+                               "the window that trains fastest in seconds, sqrt(X x the noise scale in micro-batches), "
+                               "not the noise scale; docs/batch-size.md (default: the noise scale)")
     training.add_argument("--epochs", type=positive_int, metavar="N",
                           help="total epochs, with --resume including those already done (default %(default)s)")
     training.add_argument("--lr", type=positive_float, help="learning rate (default %(default)s)")

@@ -23,7 +23,7 @@ MODES = ("graph", "pynative")
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
 RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks",
-                 "scale_rule")
+                 "scale_rule", "update_cost")
 
 
 def _one_of(value, name, choices):
@@ -49,7 +49,9 @@ class TrainConfig:
     noise scale, and ``track_noise`` is implied); ``scale_rule`` one of
     ``SCALE_RULES``: the learning rate (and for ``"sqrt"`` AdamW's betas) follows
     N, ``lr`` being tuned for one micro-batch (``"adascale"`` implies
-    ``track_noise``; ``"sqrt"`` needs ``optimizer="adamw"``); ``keep_checkpoints``
+    ``track_noise``; ``"sqrt"`` needs ``optimizer="adamw"``); ``update_cost``,
+    with ``"auto"`` only: an update's seconds over a micro-step's, and N is
+    then the window fastest in seconds (``NoiseScaleSchedule``); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training. ``tool_settings`` holds a tool's
     own flags that define its run (``{"width": 64}`` for ``--width 64``):
@@ -78,6 +80,7 @@ class TrainConfig:
     lr: float = 1e-2
     optimizer: str = "sgd"
     scale_rule: str = "none"
+    update_cost: Optional[float] = None
     shuffle: bool = True
     track_noise: bool = False
     check: bool = False
@@ -109,6 +112,13 @@ class TrainConfig:
             positive_int(self.accumulate_step, "accumulate_step")
         elif self.window_step:
             raise ValueError("accumulate_step='auto' changes N between windows; window_step=True needs a fixed N")
+        if self.update_cost is not None:
+            if isinstance(self.update_cost, bool) or not isinstance(self.update_cost, numbers.Real) \
+                    or not 0 < self.update_cost < math.inf:
+                raise ValueError(f"update_cost must be a positive finite number, got {self.update_cost!r}")
+            if self.accumulate_step != AUTO:
+                raise ValueError(f"update_cost sets how the adaptive window chooses N, got accumulate_step="
+                                 f"{self.accumulate_step!r}: pass accumulate_step='auto'")
         for name in ("window_step", "distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
                      "check"):
             boolean(getattr(self, name), name)
@@ -173,11 +183,14 @@ class TrainConfig:
             '32 x 4 = effective 128'
             >>> TrainConfig(batch_size=32, accumulate_step="auto").batch_description()
             '32 x auto (N from 2 to 64, following the gradient noise scale)'
+            >>> TrainConfig(batch_size=32, accumulate_step="auto", update_cost=1.5).batch_description()
+            '32 x auto (N from 2 to 64, following sqrt(1.5 x the gradient noise scale))'
         """
         ranks = f" x {self.ranks} ranks" if self.distributed else ""
         if self.accumulate_step == AUTO:
-            return (f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, "
-                    "following the gradient noise scale)")
+            aim = "the gradient noise scale" if self.update_cost is None else \
+                f"sqrt({self.update_cost:g} x the gradient noise scale)"
+            return f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, following {aim})"
         return f"{self.batch_size} x {self.accumulate_step}{ranks} = effective {self.effective_batch_size}"
 
     @property

@@ -132,7 +132,8 @@ def build_run(config, task):
     optimizer = make_optimizer(config.optimizer, net.trainable_params(), lr)
     accumulate_step = config.accumulate_step
     if accumulate_step == AUTO:
-        accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks)
+        accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks,
+                                             update_cost=config.update_cost)
     accumulator = Accumulator(optimizer, accumulate_step, track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
     scale_rule = None
