@@ -48,6 +48,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks.plot import plot_losses
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = {"lm": "scripts/train_lm.py", "mnist": "scripts/train_mnist.py"}
 # Each tool's own flags for a quiet run: no text sampled at the end.
@@ -391,6 +393,8 @@ def main(argv=None):
                         help="the sweep(s) --json wrote, instead of running one (merged; the plan's runs in its order)")
     parser.add_argument("--speed-json", default=None, metavar="PATH", help="the seconds of a --speed run's --json")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the records and the reports as JSON")
+    parser.add_argument("--plot", default=None, metavar="PATH",
+                        help="the first seed's losses against epochs and seconds, as a PNG (with the reports)")
     parser.add_argument("--flags", default="", help="more flags for every run, one string (--flags='--lr 0.003')")
     args = parser.parse_args(argv)
     if args.speed and args.tool != "lm":
@@ -423,6 +427,11 @@ def main(argv=None):
     if not (args.speed or args.only):  # a part of a sweep has no targets of its own
         timed = load_results([args.speed_json]) if args.speed_json else None
         saved["reports"] = report(saved["results"], optimizer, timed, say)
+        if args.plot:
+            seed, runs = next(iter(saved["results"].items()))
+            if timed:
+                runs, _ = with_seconds(runs, timed.get(seed, next(iter(timed.values()))))
+            plot_losses(runs, args.plot, saved["reports"][seed]["target"])
     saved["load_after"] = load()
     say(f"load average after: {saved['load_after']}")
     if args.json:

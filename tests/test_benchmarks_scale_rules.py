@@ -106,9 +106,10 @@ def test_parts_of_a_sweep_are_merged_in_the_plan_s_order(tmp_path):
     for name, records in parts.items():
         (tmp_path / f"{name}.json").write_text(json.dumps({"results": {"0": {name: records}}}))
     scale_rules.main(["lm", "--windows", "1", "--from-json", *(str(tmp_path / f"{name}.json") for name in parts),
-                      "--json", str(tmp_path / "merged.json")])
+                      "--json", str(tmp_path / "merged.json"), "--plot", str(tmp_path / "rules.png")])
     saved = json.loads((tmp_path / "merged.json").read_text())
     assert list(saved["results"]["0"]) == ["N=1", "auto", "auto sqrt"]
+    assert (tmp_path / "rules.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [check["met"] for check in saved["reports"]["0"]["checks"]] == [True, False, True, True]  # ties N=1
 
 
