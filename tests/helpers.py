@@ -4,6 +4,7 @@ The library's tests import this module alone, so it imports MindSpore, numpy,
 pytest and ``accumulator``, never the tools; ``tool_helpers`` holds what only
 the tools' tests need.
 """
+import contextlib
 import os
 import socket
 import subprocess
@@ -254,3 +255,36 @@ def token_large_batch_state(windows, optimizer_name):
     for window in windows:
         step(*one_batch(window))
     return optimizer_state(optimizer)
+
+
+# Splitting many gradients in a graph: MindSpore stops a compile whose calls nest deeper than max_call_depth
+# (1000 by default). ops.split's Python loop nests about 10 calls per piece: it fails at 128 pieces there
+# (docs/mindspore-behaviours.md); Buckets.split nests about 2 per piece sliced, 4 with SplitWithSize (about
+# 290 and 550 of the 1000 at 128). SPLIT_PIECES under SPLIT_DEPTH_LIMIT keep those proportions (ops.split
+# needs about 350 there, Buckets.split about 95 sliced and 155 with SplitWithSize) and compile in a few
+# seconds, where 128 pieces took 25-30 CPU-seconds each.
+SPLIT_PIECES = 32
+SPLIT_DEPTH_LIMIT = 250
+
+
+@contextlib.contextmanager
+def call_depth_limit(depth):
+    """MindSpore's graph call depth limited to ``depth`` for the compiles in the block, then put back."""
+    before = ms.get_context("max_call_depth")
+    ms.set_context(max_call_depth=depth)
+    try:
+        yield
+    finally:
+        ms.set_context(max_call_depth=before)
+
+
+def assert_ops_split_exceeds_the_call_depth(sizes):
+    """ops.split into ``sizes``, compiled, fails on the call depth: the limit in force bites at this many pieces."""
+    sizes = [int(size) for size in sizes]
+
+    @ms.jit
+    def split_in_a_graph(flat):
+        return ops.split(flat, sizes)
+
+    with pytest.raises(RuntimeError, match="Exceed function call depth limit"):
+        split_in_a_graph(Tensor(np.zeros(sum(sizes), np.float32)))

@@ -14,6 +14,7 @@ from mindspore import Parameter, Tensor, nn
 
 from accumulator import Accumulator, capabilities
 from accumulator.buckets import Buckets
+from helpers import SPLIT_DEPTH_LIMIT, SPLIT_PIECES, assert_ops_split_exceeds_the_call_depth, call_depth_limit
 
 
 def _parameters(shapes):
@@ -49,10 +50,10 @@ def sliced(monkeypatch):
     monkeypatch.setattr(capabilities, "split_with_size", lambda: False)
 
 
-# 128 pieces compile in 15-30 s either way (flatten's concat and the per-piece reshapes, not the slices): slow.
-@pytest.mark.parametrize("count", [5, pytest.param(128, marks=pytest.mark.slow)])
+# SPLIT_PIECES under SPLIT_DEPTH_LIMIT stand for 128 pieces under the default call depth (helpers.py): slow.
+@pytest.mark.parametrize("count", [5, pytest.param(SPLIT_PIECES, marks=pytest.mark.slow)])
 def test_the_sliced_split_gives_back_every_gradient_exactly_in_a_graph(sliced, count):
-    """128 pieces: no call-depth limit (ops.split's loop exceeds it) and no SplitWithSize kernel needed."""
+    """Many pieces: within a call depth that ops.split's loop exceeds, and no SplitWithSize kernel needed."""
     shapes = [(3, 2) if i % 2 else (3,) for i in range(count)]
     buckets = Buckets(_parameters(shapes), [ms.float32] * count)
     assert not buckets.one_kernel_split and len(buckets.groups) == 1
@@ -63,7 +64,10 @@ def test_the_sliced_split_gives_back_every_gradient_exactly_in_a_graph(sliced, c
     def round_trip(grads):
         return buckets.split(buckets.flatten(grads))
 
-    back = round_trip(ms.mutable(grads))
+    with call_depth_limit(SPLIT_DEPTH_LIMIT):
+        if count == SPLIT_PIECES:
+            assert_ops_split_exceeds_the_call_depth(buckets.sizes[0])
+        back = round_trip(ms.mutable(grads))
     assert len(back) == count
     for grad, piece in zip(grads, back):
         assert piece.shape == grad.shape
