@@ -38,7 +38,7 @@ Run it (docs/scale-rules.md and BENCHMARKS.md have the results)::
     python -m benchmarks.scale_rules lm --speed --epochs 5 --windows 1 2 4 8 16 --seeds 0 1 \\
         --flags="--batch-size 1 --lr 0.003" --json scale_rules_speed.json
     python -m benchmarks.scale_rules lm --windows 1 2 4 8 16 --from-json scale_rules_lm.json \\
-        --speed-json scale_rules_speed.json
+        --speed-json scale_rules_speed.json --plot docs/scale_rules_lm.png
     python -m benchmarks.scale_rules mnist --epochs 3 --optimizer sgd
 """
 import argparse
