@@ -80,12 +80,13 @@ def test_a_contender_whose_framework_is_missing_is_refused_before_any_worker():
     assert "available: plain_micro" in done.stderr
 
 
+# The memory sweep on the small net (the default, wide, holds 8x its hidden units): a third fewer CPU-seconds.
 @pytest.mark.slow
 def test_tiny_run_writes_complete_json(tmp_path):
     out = tmp_path / "bench.json"
     done = run_script("--nets", "mnist", "--contenders", "plain_micro,accumulator", "--modes", "graph",
                       "--batch", "8", "--accumulate", "2", "--repeats", "1", "--seconds", "0.1", "--blocks", "2",
-                      "--sweep", "2", "--json", str(out), cwd=str(tmp_path), timeout=600)
+                      "--sweep", "2", "--sweep-net", "mnist", "--json", str(out), cwd=str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "plain_micro" in done.stdout and "accumulator" in done.stdout
 
@@ -107,3 +108,4 @@ def test_tiny_run_writes_complete_json(tmp_path):
             assert row["state_bytes"] == 0
     assert len(result["runs"]) == len(rows)
     assert result["settings"]["nets"] == ["mnist"] and result["settings"]["sweep"] == [2]
+    assert result["settings"]["sweep_net"] == "mnist"
