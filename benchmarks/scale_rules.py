@@ -399,6 +399,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.speed and args.tool != "lm":
         parser.error("--speed times the language model only")
+    # A speed run, a merge and a part of a sweep each leave out something a flag needs.
+    for flag, value, needs_not in (("--lr-sweep", args.lr_sweep, ("speed", "from_json")),
+                                   ("--speed-json", args.speed_json, ("speed", "only")),
+                                   ("--plot", args.plot, ("speed", "only"))):
+        for other in needs_not:
+            if value and getattr(args, other):
+                parser.error(f"{flag} does nothing with --{other.replace('_', '-')}")
     optimizer = args.optimizer or ("adamw" if args.tool == "lm" else "sgd")
     say = lambda line: print(line, flush=True)  # noqa: E731
     load = lambda: " ".join(f"{value:.2f}" for value in os.getloadavg())  # noqa: E731

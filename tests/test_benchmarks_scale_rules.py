@@ -160,3 +160,15 @@ def test_speed_times_every_epoch_of_each_run_and_records_its_window():
     assert all(record["seconds"] > 0 and record["samples"] == timed["N=2"][0]["samples"]
                for records in timed.values() for record in records)
     assert [line.split(" (")[0] for line in lines] == ["seed 3, epoch 1", "seed 3, epoch 2"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--speed", "--lr-sweep", "0.1"], "--lr-sweep does nothing with --speed"),
+    (["--from-json", "a.json", "--lr-sweep", "0.1"], "--lr-sweep does nothing with --from-json"),
+    (["--speed", "--speed-json", "s.json"], "--speed-json does nothing with --speed"),
+    (["--only", "N=1", "--plot", "p.png"], "--plot does nothing with --only"),
+])
+def test_a_flag_the_run_would_ignore_is_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        scale_rules.main(["lm", "--windows", "1", *argv])
+    assert message in capsys.readouterr().err
