@@ -131,13 +131,13 @@ def build_lm(lm_flags):
         (True, 788)
     """
     from training.context import configure_context
-    from training.lm import lm_task, prepare_text
+    from training.lm import lm_task_from_flags, prepare_text
     from training.loop import build_run
     config, flags = lm_config(lm_flags)
     config = configure_context(config)
     with contextlib.ExitStack() as stack:
         path = prepare_text(flags["data_dir"], True, None, stack)
-        task = lm_task(path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"])
+        task = lm_task_from_flags(path, flags)
         yield config, task, build_run(config, task)
 
 

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 
 from data.text import TextUnavailableError  # noqa: E402
 from training.command import run_tool  # noqa: E402
-from training.lm import PROMPT, SAMPLE_TEMPERATURE, generate, lm_task, prepare_text  # noqa: E402
+from training.lm import PROMPT, SAMPLE_TEMPERATURE, generate, lm_task_from_flags, prepare_text  # noqa: E402
 from training.lm_command import parse_args  # noqa: E402
 from training.loop import train  # noqa: E402
 
@@ -53,8 +53,7 @@ def main(argv=None):
 
     def body(config, stack):
         path = prepare_text(flags["data_dir"], flags["synthetic"], flags["text_url"], stack)
-        task = lm_task(path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"],
-                       flags["packing"], flags["pack_within_windows"])
+        task = lm_task_from_flags(path, flags)
         summary, run = train(config, task)
         if flags["sample_tokens"] and config.main_rank:
             print(f"sample from {PROMPT!r}, at temperature {SAMPLE_TEMPERATURE}:\n"

@@ -307,6 +307,19 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
     )
 
 
+def lm_task_from_flags(corpus_path, flags):
+    """``lm_task`` on the corpus at ``corpus_path`` for the tool's own flags (``training.lm_command.parse_args``'s).
+
+    Example:
+        >>> from training.lm_command import parse_args
+        >>> _ = open("input.txt", "w").write(synthetic_text(3000))
+        >>> lm_task_from_flags("input.txt", parse_args(["--no-packing", "--width", "16"])[1]).description[-15:]
+        'up to 128 each)'
+    """
+    return lm_task(corpus_path, flags["loss"], flags["width"], flags["depth"], flags["heads"], flags["max_length"],
+                   flags["packing"], flags["pack_within_windows"])
+
+
 def lm_epoch_line(record, epochs):
     """The line printed after an epoch of the language model.
 
