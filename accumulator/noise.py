@@ -29,10 +29,10 @@ is worse). The noise scale predicts the critical batch: past it, a larger
 batch buys little.
 """
 import mindspore as ms
-from mindspore import Parameter, Tensor, ops
+from mindspore import Tensor, ops
 
 from accumulator.checks import positive_int
-from accumulator.constants import ONE_FLOAT, ZERO_FLOAT
+from accumulator.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
 from accumulator.policy import Policy
 from accumulator.sums import float32, on_cpu, squared_total
 
@@ -41,10 +41,6 @@ from accumulator.sums import float32, on_cpu, squared_total
 NOISE_DECAY = 0.95
 
 _hyper_map = ops.HyperMap()
-
-
-def _parameter(name, value=0.0):
-    return Parameter(Tensor(value, ms.float32), name=f"accumulator.noise.{name}", requires_grad=False)
 
 
 def _distance(factor, grad, buffer):
@@ -83,13 +79,13 @@ class NoiseTracker(Policy):
         self.micro_batch_size = None if micro_batch_size is None else positive_int(micro_batch_size,
                                                                                   "micro_batch_size")
         self.by_matmul = on_cpu()
-        self.squares = _parameter("squares")
-        self.inverse_sizes = _parameter("inverse_sizes")
-        self.samples = _parameter("samples")
-        self.micro_batches = _parameter("micro_batches")
-        self.trace = _parameter("trace")
-        self.gradient = _parameter("gradient")
-        self.windows = Parameter(Tensor(0, ms.int32), name="accumulator.noise.windows", requires_grad=False)
+        self.squares = state_parameter(0.0, ms.float32, "noise.squares")
+        self.inverse_sizes = state_parameter(0.0, ms.float32, "noise.inverse_sizes")
+        self.samples = state_parameter(0.0, ms.float32, "noise.samples")
+        self.micro_batches = state_parameter(0.0, ms.float32, "noise.micro_batches")
+        self.trace = state_parameter(0.0, ms.float32, "noise.trace")
+        self.gradient = state_parameter(0.0, ms.float32, "noise.gradient")
+        self.windows = state_parameter(0, ms.int32, "noise.windows")
 
     def state_parameters(self):
         return [self.squares, self.inverse_sizes, self.samples, self.micro_batches, self.trace, self.gradient,

@@ -19,13 +19,13 @@ tuned run's updates (``progress``): κ per update, or r under AdaScale.
 """
 import numpy as np
 import mindspore as ms
-from mindspore import Parameter, Tensor, mint, nn, ops
+from mindspore import Parameter, mint, nn, ops
 from mindspore.experimental import optim
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 from mindspore.experimental.optim import adam as _adam, adamw as _adamw
 
 from accumulator.checks import positive_int
-from accumulator.constants import ONE_FLOAT, ZERO_FLOAT
+from accumulator.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
 from accumulator.schedule import NoiseScaleSchedule
 
 RULES = ("linear", "sqrt", "adascale")
@@ -51,10 +51,6 @@ def _adamw_update(weight_decay_new, step_size, amsgrad, eps, bias_correction2_sq
 # silently skips Tensors: registered for Tensors too, Parameters can stand in (docs/scale-rules.md#optimizers).
 _adamw._adamw_opt.register("Tensor", "Tensor", "Bool", *["Tensor"] * 9)(_adamw_update)
 _adam._adam_opt.register(*["Tensor"] * 10)(_adam._run_adam_opt)
-
-
-def _parameter(value, dtype, name):
-    return Parameter(Tensor(value, dtype), name=f"accumulator.scale_rule.{name}", requires_grad=False)
 
 
 def _learning_rates(optimizer):
@@ -95,7 +91,7 @@ def _take_over_betas(optimizer):
         if any(isinstance(value, Parameter) for value in values):
             raise ValueError(f"ScaleRule('sqrt'): {name}'s group {index} betas are already Parameters: "
                              "one rule per optimizer")
-        beta1, beta2, eps = (_parameter(float(v), ms.float32, f"group{index}.{n}")
+        beta1, beta2, eps = (state_parameter(float(v), ms.float32, f"scale_rule.group{index}.{n}")
                              for v, n in zip(values, ("beta1", "beta2", "eps")))
         group["betas"], group["eps"] = (beta1, beta2), eps
         taken.append((beta1, beta2, eps))
@@ -159,8 +155,8 @@ class ScaleRule:
         self.rule = rule
         self.tuned_step = float(tuned_step)
         self.accumulator = accumulator
-        self.lr_scale = _parameter(1.0, ms.float32, "lr_scale")
-        self.progress = _parameter(0.0, ms.float32, "progress")
+        self.lr_scale = state_parameter(1.0, ms.float32, "scale_rule.lr_scale")
+        self.progress = state_parameter(0.0, ms.float32, "scale_rule.progress")
         accumulator.attach(self)
 
     def state_parameters(self):
