@@ -396,6 +396,10 @@ def test_a_signal_ends_the_run_cleanly_and_the_printed_command_resumes_it(tmp_pa
     assert os.listdir(tmp_path / "my ckpt") == ["epoch_001.ckpt"]
     assert int(ms.load_checkpoint(str(tmp_path / "my ckpt" / "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
 
+    # Either signal leaves the same: the command printed and epoch 1's checkpoint, alone (asserted above). Resuming
+    # from them is one behaviour, run once, in the SIGINT case (a resumed run trains two epochs: about 10 CPU-seconds).
+    if signum != signal.SIGINT:
+        return
     resumed = subprocess.run(shlex.split(resume_command), cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr
