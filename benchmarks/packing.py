@@ -23,6 +23,10 @@ Run it (docs/language-model-tool.md and BENCHMARKS.md have the results)::
     taskset -c 0 python -m benchmarks.packing speed --rounds 10
     python -m benchmarks.packing loss --seeds 4 --epochs 6 \\
         --contender="--no-packing --batch-size 8" --contender="--packing --batch-size 5"
+
+Runs of the same seed give the same losses in any process, so the seeds
+and contenders can run in parallel processes (``--json`` each) and be
+merged into one table with ``--from-json``.
 """
 import argparse
 import contextlib
@@ -240,6 +244,34 @@ def format_loss(results):
     return "\n".join(lines)
 
 
+def load_loss(paths, contenders=None):
+    """The ``loss`` results that ``--json`` wrote to ``paths``, merged: ``{flags: {seed: [loss per epoch]}}``.
+
+    Seeds are merged per contender (a seed saved twice must agree), in
+    seed order; ``contenders`` picks and orders the contenders (the first
+    the reference), by default all, in the order the files name them.
+
+    Example:
+        >>> for path, seeds in (("one.json", {"0": [2.0]}), ("two.json", {"1": [3.0]})):
+        ...     with open(path, "w") as f:
+        ...         json.dump({"--no-packing": seeds, "--packing": seeds}, f)
+        >>> load_loss(["one.json", "two.json"], ["--packing"])
+        {'--packing': {0: [2.0], 1: [3.0]}}
+    """
+    merged = {}
+    for path in paths:
+        with open(path) as f:
+            for flags, runs in json.load(f).items():
+                for seed, losses in runs.items():
+                    saved = merged.setdefault(flags, {}).setdefault(int(seed), losses)
+                    if saved != losses:
+                        raise ValueError(f"{path}: seed {seed} of {flags!r} differs from an earlier file's")
+    missing = [flags for flags in contenders or () if flags not in merged]
+    if missing:
+        raise ValueError(f"no results for {', '.join(map(repr, missing))} in {', '.join(paths)}")
+    return {flags: dict(sorted(merged[flags].items())) for flags in contenders or merged}
+
+
 def main(argv=None):
     """``python -m benchmarks.packing {speed,loss}``: runs one experiment, prints its table, writes ``--json``."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.packing", description=__doc__.split("\n")[0])
@@ -253,12 +285,20 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=3, help="loss: epochs per run (default 3)")
     parser.add_argument("--text-bytes", type=int, default=None, help="a shorter synthetic text (tests)")
     parser.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    parser.add_argument("--from-json", nargs="+", default=None, metavar="PATH",
+                        help="loss: the table of results --json wrote (merged), instead of running; --contender "
+                             "picks and orders them (default: all, the first file's first the reference)")
     args = parser.parse_args(argv)
+    if args.from_json and args.experiment != "loss":
+        parser.error("--from-json reads loss results only")
     say = lambda line: print(line, flush=True)  # noqa: E731
     say(f"load average {' '.join(f'{value:.2f}' for value in os.getloadavg())}")
     if args.experiment == "speed":
         results = speed(tuple(args.contender or CONTENDERS), args.rounds, args.text_bytes, say)
         say(format_speed(results))
+    elif args.from_json:
+        results = load_loss(args.from_json, args.contender)
+        say(format_loss(results))
     else:
         seeds = range(args.first_seed, args.first_seed + args.seeds)
         results = loss(tuple(args.contender or LOSS_CONTENDERS), seeds, args.epochs, args.text_bytes, say)

@@ -51,3 +51,21 @@ def test_the_speed_command_times_each_contender_every_round_and_writes_json(tmp_
     for result in (padded, packed):
         assert len(result["rates"]) == 2 and min(result["rates"]) > 0
     assert packed["rows"] < padded["rows"]
+
+
+def test_from_json_merges_the_saved_runs_into_one_table_and_refuses_runs_that_disagree(tmp_path, capsys):
+    padded, packed, control = "--no-packing --batch-size 8", "--packing --batch-size 5", "--no-packing --batch-size 31"
+    first, second, merged = tmp_path / "first.json", tmp_path / "second.json", tmp_path / "merged.json"
+    first.write_text(json.dumps({padded: {"0": [3.0, 2.0], "1": [2.5, 2.2]}, packed: {"0": [2.97, 2.0], "1": [2.5, 2.2]}}))
+    second.write_text(json.dumps({control: {"1": [2.55, 2.2], "0": [3.0, 1.98]}}))
+    picked = [f"--contender={flags}" for flags in (padded, control)]
+    assert packing.main(["loss", "--from-json", str(first), str(second), *picked, "--json", str(merged)]) == 0
+    table = capsys.readouterr().out.splitlines()[2:]
+    assert [line.split()[-2:] for line in table[2:]] == [["+0.0%,", "+2.0%"], ["-1.0%,", "+0.0%"]]
+    assert list(json.loads(merged.read_text())) == [padded, control]  # packed left out, padded the reference
+    assert list(packing.load_loss([str(second)])[control]) == [0, 1]  # in seed order
+    second.write_text(json.dumps({padded: {"1": [2.5, 2.3]}}))
+    with pytest.raises(ValueError, match="seed 1 of '--no-packing --batch-size 8' differs"):
+        packing.load_loss([str(first), str(second)])
+    with pytest.raises(ValueError, match="no results for '--packing --batch-size 8'"):
+        packing.load_loss([str(first)], ["--packing --batch-size 8"])
