@@ -52,11 +52,10 @@ def contender(flags, path, seed=0):
         >>> config.batch_description(), config.seed, "packed" in task.description
         ('5 x 4 = effective 20', 2, False)
     """
-    from training.lm import lm_task
+    from training.lm import lm_task_from_flags
     from training.lm_command import parse_args
     config, tool = parse_args(["--synthetic", "--seed", str(seed), *flags.split()])
-    return config, lm_task(path, tool["loss"], tool["width"], tool["depth"], tool["heads"], tool["max_length"],
-                           tool["packing"], tool["pack_within_windows"])
+    return config, lm_task_from_flags(path, tool)
 
 
 def rows_and_padding(config, task):
