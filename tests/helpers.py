@@ -278,6 +278,19 @@ def call_depth_limit(depth):
         ms.set_context(max_call_depth=before)
 
 
+def split_round_trip(buckets, grads):
+    """``buckets.split(buckets.flatten(grads))`` compiled under SPLIT_DEPTH_LIMIT; at SPLIT_PIECES gradients it
+    first shows that ops.split exceeds that depth on the same pieces."""
+    @ms.jit
+    def round_trip(grads):
+        return buckets.split(buckets.flatten(grads))
+
+    with call_depth_limit(SPLIT_DEPTH_LIMIT):
+        if len(grads) == SPLIT_PIECES:
+            assert_ops_split_exceeds_the_call_depth(buckets.sizes[0])
+        return round_trip(ms.mutable(grads))
+
+
 def assert_ops_split_exceeds_the_call_depth(sizes):
     """ops.split into ``sizes``, compiled, fails on the call depth: the limit in force bites at this many pieces."""
     sizes = [int(size) for size in sizes]

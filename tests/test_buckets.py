@@ -7,7 +7,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn
 from accumulator import Accumulator, SkipNonFiniteMicroBatches
 from accumulator.buckets import ALONE, CAP, Buckets
 from accumulator.state import load_checkpoint, training_state
-from helpers import SPLIT_DEPTH_LIMIT, SPLIT_PIECES, assert_ops_split_exceeds_the_call_depth, call_depth_limit
+from helpers import SPLIT_PIECES, split_round_trip
 
 
 def _parameters(shapes, dtypes):
@@ -38,16 +38,8 @@ def test_flatten_then_split_gives_back_every_gradient_exactly_in_a_graph(count):
     params = _parameters(shapes, dtypes)
     buckets = Buckets(params, [ms.float32] * count)
     grads = tuple(Tensor(rng.normal(size=shape), dtype) for shape, dtype in zip(shapes, dtypes))
-
-    @ms.jit
-    def round_trip(grads):
-        return buckets.split(buckets.flatten(grads))
-
     assert len(buckets.groups) == 1
-    with call_depth_limit(SPLIT_DEPTH_LIMIT):
-        if count == SPLIT_PIECES:
-            assert_ops_split_exceeds_the_call_depth(buckets.sizes[0])
-        backs = round_trip(ms.mutable(grads))
+    backs = split_round_trip(buckets, grads)
     assert len(backs) == count
     for grad, back in zip(grads, backs):
         assert back.shape == grad.shape and back.dtype == ms.float32

@@ -14,7 +14,7 @@ from mindspore import Parameter, Tensor, nn
 
 from accumulator import Accumulator, capabilities
 from accumulator.buckets import Buckets
-from helpers import SPLIT_DEPTH_LIMIT, SPLIT_PIECES, assert_ops_split_exceeds_the_call_depth, call_depth_limit
+from helpers import SPLIT_PIECES, split_round_trip
 
 
 def _parameters(shapes):
@@ -59,15 +59,7 @@ def test_the_sliced_split_gives_back_every_gradient_exactly_in_a_graph(sliced, c
     assert not buckets.one_kernel_split and len(buckets.groups) == 1
     grads = tuple(Tensor(np.random.default_rng(i).normal(size=shape).astype(np.float32))
                   for i, shape in enumerate(shapes))
-
-    @ms.jit
-    def round_trip(grads):
-        return buckets.split(buckets.flatten(grads))
-
-    with call_depth_limit(SPLIT_DEPTH_LIMIT):
-        if count == SPLIT_PIECES:
-            assert_ops_split_exceeds_the_call_depth(buckets.sizes[0])
-        back = round_trip(ms.mutable(grads))
+    back = split_round_trip(buckets, grads)
     assert len(back) == count
     for grad, piece in zip(grads, back):
         assert piece.shape == grad.shape
