@@ -8,7 +8,8 @@ import sys
 import pytest
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak_worker.py")
-# Enough to see the leak four times over: docs/mindspore-behaviours.md#a-data-dependent-if-inside-another-leaks-host-memory
+# Enough to see the leak four times over:
+# docs/mindspore-behaviours.md#a-data-dependent-if-inside-another-leaks-host-memory
 MICRO_STEPS = 2_000
 # A leak grows with every call, so the limit is a rate: 2% of RSS over the 18,000 micro-steps after a 20k run's
 # warm-up, about 0.6 KB per micro-step on this ~550 MB process. The nested-branch leak this test guards against
