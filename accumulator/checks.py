@@ -1,4 +1,4 @@
-"""The library's argument checks; the data, the models and the training tools take them from ``common.checks``.
+"""The library's argument checks (the tools beside it have their own in ``common.checks``: the library stands alone).
 
 Each returns the value in its plain Python type or raises ``ValueError``
 naming the argument and the value, so callers check before touching state.

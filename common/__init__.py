@@ -1,9 +1,8 @@
 """What the data, the models and the training tools share that is not accumulation.
 
 ``checks`` holds the argument checks, ``files`` the atomic file write and the
-finding of what killed writes left behind. Both are the library's own
-(``accumulator.checks``, ``accumulator.files``): the library is installed
-alone, may import MindSpore alone, and writes its checkpoints atomically, so it
-keeps the one copy and does not export them. The tools name them here, never
-in the library, so that ``accumulator`` exports accumulation only.
+finding of what killed checkpoint writes left behind. They import nothing from
+``accumulator`` and set nothing in MindSpore: the library is installed alone
+and keeps its own few lines of each (``accumulator.checks``,
+``accumulator.files``), and the data and the models load without it.
 """

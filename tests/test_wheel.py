@@ -20,6 +20,8 @@ TESTS_DIR = os.path.join(REPO_ROOT, "tests")
 LIBRARY_TESTS = ("test_accumulator", "test_batchnorm", "test_buckets", "test_cell", "test_distributed", "test_noise",
                  "test_optimizers", "test_precision", "test_safety", "test_schedule", "test_selfcheck", "test_state",
                  "test_step", "test_whole_batch", "test_window")
+# MindSpore's CPU launch setting (docs/mindspore-behaviours.md): the library may set it, nothing else may.
+BLOCKING_RUN = "MS_DEV_HOST_BLOCKING_RUN"
 TOOLS = ("benchmarks", "common", "data", "models", "scripts", "tool_helpers", "training")
 # One window of 2 micro-batches from the installed package: the weights move once.
 ONE_WINDOW = """
@@ -49,6 +51,23 @@ def test_the_library_tests_import_no_tool():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split("\n")[-2] == "[]"
+
+
+def test_the_data_the_models_and_common_load_without_the_library_and_set_nothing():
+    lab = [f"{folder}.{name[:-3]}" for folder in ("common", "data", "models")
+           for name in sorted(os.listdir(os.path.join(REPO_ROOT, folder))) if name.endswith(".py")]
+    code = (f"import os, sys; sys.path.insert(0, {REPO_ROOT!r})\n"
+            f"import mindspore as ms\n"
+            f"context = {{key: ms.get_context(key) for key in ('mode', 'device_target', 'max_call_depth')}}\n"
+            f"for name in {lab!r}: __import__(name)\n"
+            f"print('accumulator' in sys.modules, {BLOCKING_RUN!r} in os.environ,\n"
+            f"      context == {{key: ms.get_context(key) for key in context}})")
+    # This process imported the library, which may have set the variable: the child starts without it.
+    env = {name: value for name, value in os.environ.items() if name not in ("PYTHONPATH", BLOCKING_RUN)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "data.tokens" in lab and "models.mnist" in lab and "common.files" in lab
+    assert result.stdout.split() == ["False", "False", "True"]
 
 
 def test_setup_and_help_name_the_same_python_versions():
