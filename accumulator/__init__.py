@@ -19,7 +19,7 @@ the rest shares (not exported: the tools take the checks and the write from
 ``common``); ``runtime`` sets MindSpore's blocking launch on CPU when
 imported.
 """
-__version__ = "0.1.0"  # the one source: setup.py reads it from here
+__version__ = "0.2.0"  # the one source: setup.py reads it from here
 
 from accumulator.runtime import block_on_cpu
 
