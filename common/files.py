@@ -48,7 +48,8 @@ def unfinished_writes(path: str) -> List[str]:
 
     Example:
         >>> path = os.path.join(tempfile.mkdtemp(), "epoch_001.ckpt")
-        >>> for name in (".epoch_001.ckpt.k3x9q_1a.tmp.ckpt", ".epoch_001.ckpt.z8_w2m0c.tmp.tmp", ".epoch_001.ckpt.keep"):
+        >>> for name in (".epoch_001.ckpt.k3x9q_1a.tmp.ckpt", ".epoch_001.ckpt.z8_w2m0c.tmp.tmp",
+        ...              ".epoch_001.ckpt.keep"):
         ...     open(os.path.join(os.path.dirname(path), name), "w").close()
         >>> [os.path.basename(name) for name in unfinished_writes(path)]
         ['.epoch_001.ckpt.k3x9q_1a.tmp.ckpt', '.epoch_001.ckpt.z8_w2m0c.tmp.tmp']

@@ -1,12 +1,15 @@
-"""The library as a user installs it: a wheel holding ``accumulator`` alone, importable and training in a clean venv.
+"""The library as a user installs it: an sdist and a wheel holding ``accumulator`` alone, which in a clean venv runs the
+README's first example and its own doctests.
 
-Its tests stand alone too: they import none of the tools beside it.
+The library stands alone: its tests import none of the tools beside it, and the tools' data, models and
+shared helpers load without it.
 """
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import venv
 import zipfile
 
@@ -17,36 +20,22 @@ from training.command import PYTHON_VERSIONS
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS_DIR = os.path.join(REPO_ROOT, "tests")
-LIBRARY_TESTS = ("test_accumulator", "test_batchnorm", "test_buckets", "test_cell", "test_distributed", "test_noise",
-                 "test_optimizers", "test_precision", "test_safety", "test_schedule", "test_selfcheck", "test_state",
-                 "test_step", "test_whole_batch", "test_window")
+# The one list of the library's own tests (.ci/run reads it too), as paths from the repository root.
+with open(os.path.join(TESTS_DIR, "library_tests.txt"), encoding="utf-8") as f:
+    LIBRARY_TESTS = [line.strip() for line in f if line.strip() and not line.startswith("#")]
 # MindSpore's CPU launch setting (docs/mindspore-behaviours.md): the library may set it, nothing else may.
 BLOCKING_RUN = "MS_DEV_HOST_BLOCKING_RUN"
 TOOLS = ("benchmarks", "common", "data", "models", "scripts", "tool_helpers", "training")
-# One window of 2 micro-batches from the installed package: the weights move once.
-ONE_WINDOW = """
-import os, sys
-import mindspore as ms, numpy as np
-from mindspore import nn
-import accumulator
-from accumulator import Accumulator
-net = nn.Dense(3, 1)
-optimizer = nn.SGD(net.trainable_params(), 0.1)
-acc = Accumulator(optimizer, accumulate_step=2)
-grad_fn = ms.value_and_grad(lambda x, y: ((net(x) - y) ** 2).mean(), None, optimizer.parameters)
-x, y = ms.Tensor(np.ones((4, 3), np.float32)), ms.Tensor(np.zeros((4, 1), np.float32))
-before = net.weight.asnumpy().copy()
-for _ in range(2):
-    acc(grad_fn(x, y)[1])
-print(os.path.dirname(accumulator.__file__), accumulator.__version__, int(acc.update_count),
-      not np.allclose(before, net.weight.asnumpy()))
-"""
+# What the sdist must hold beside the package and setup.py (MANIFEST.in).
+SDIST_DOCUMENTS = ("LICENSE", "README.md", "CHANGELOG.md")
 
 
 def test_the_library_tests_import_no_tool():
+    names = [os.path.basename(path)[:-3] for path in LIBRARY_TESTS]
+    assert all(os.path.isfile(os.path.join(REPO_ROOT, path)) for path in LIBRARY_TESTS) and "test_window" in names
     code = (f"import sys; sys.path[:0] = [{REPO_ROOT!r}, {TESTS_DIR!r}]\n"
             f"import conftest\n"
-            f"for name in {LIBRARY_TESTS!r}: __import__(name)\n"
+            f"for name in {names!r}: __import__(name)\n"
             f"print(sorted({{name.split('.')[0] for name in sys.modules}} & set({TOOLS!r})))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -70,31 +59,49 @@ def test_the_data_the_models_and_common_load_without_the_library_and_set_nothing
     assert result.stdout.split() == ["False", "False", "True"]
 
 
-def test_setup_and_help_name_the_same_python_versions():
+def test_setup_the_help_and_the_readme_name_the_same_python_versions():
     setup = open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8").read()
     low, high = re.search(r'python_requires=">=3\.(\d+),<3\.(\d+)"', setup).groups()
     assert PYTHON_VERSIONS == f"3.{low} to 3.{int(high) - 1}"
+    readme = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
+    assert f"**Python**: {PYTHON_VERSIONS} accepted" in readme
     classified = re.findall(r"Programming Language :: Python :: 3\.(\d+)", setup)
     assert [int(minor) for minor in classified] == list(range(int(low), int(high)))
 
 
+def readme_first_example():
+    """The README's first ```python block, and the number its last line's comment says it prints."""
+    readme = open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8").read()
+    block = re.search(r"^```python\n(.*?)^```$", readme, re.S | re.M).group(1)
+    return block, re.search(r"^print\(.*#\s*(\d+)\b", block.rstrip().split("\n")[-1]).group(1)
+
+
 @pytest.mark.slow
-def test_the_wheel_installs_accumulator_alone_and_it_trains(tmp_path):
-    # Built from a copy of what setup.py reads, so that the build leaves no build/ or egg-info in the checkout.
-    source = tmp_path / "source"
+def test_the_sdist_and_the_wheel_install_accumulator_alone_which_runs_the_readme_and_its_doctests(tmp_path):
+    # Built from a copy of what setup.py and MANIFEST.in read, so that the build leaves no build/ or egg-info
+    # in the checkout; the wheel from the sdist alone, as pip builds it from PyPI.
+    source, dist = tmp_path / "source", tmp_path / "dist"
     shutil.copytree(os.path.join(REPO_ROOT, "accumulator"), source / "accumulator",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("setup.py", "README.md"):
+    for name in ("setup.py", "MANIFEST.in") + SDIST_DOCUMENTS:
         shutil.copy(os.path.join(REPO_ROOT, name), source)
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(dist)], cwd=source, check=True,
+                   capture_output=True)
+    sdist, = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        held = {name.split("/", 1)[-1] for name in archive.getnames()}
+    assert {"setup.py", "accumulator/__init__.py", "accumulator/py.typed", *SDIST_DOCUMENTS} <= held
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True)
-    wheel, = (tmp_path / "dist").iterdir()
+                    str(dist), str(sdist)], check=True, capture_output=True)
+    wheel, = dist.glob("*.whl")
     files = zipfile.ZipFile(wheel).namelist()
     top_level = {name.split("/")[0] for name in files}
     assert top_level == {"accumulator", f"mindspore_accumulator-{__version__}.dist-info"}
     assert "accumulator/py.typed" in files
+    assert any(name.endswith("/LICENSE") for name in files)  # dist-info/ or, with newer setuptools, its licenses/
 
-    # A clean venv that sees the interpreter's packages (mindspore) after its own, through a .pth file.
+    # A clean venv that sees the interpreter's packages (mindspore, pytest) after its own, through a .pth file:
+    # its lines are plain paths, so an editable install of the checkout there stays out of this one.
     environment = tmp_path / "venv"
     venv.create(environment, with_pip=False)
     python = str(environment / "bin" / "python")
@@ -106,11 +113,23 @@ def test_the_wheel_installs_accumulator_alone_and_it_trains(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", str(wheel)],
                    check=True, capture_output=True)
     assert set(os.listdir(site_packages)) - {"interpreter.pth"} == top_level
+    installed = os.path.join(site_packages, "accumulator")
 
+    # From an empty folder, without the checkout on the path: the README's first example, then the doctests.
+    away = tmp_path / "away"
+    away.mkdir()
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    result = subprocess.run([python, "-c", ONE_WINDOW], cwd=tmp_path, env=env, capture_output=True, text=True,
-                            timeout=300)
+    example, prints = readme_first_example()
+    where = ("import importlib, importlib.util, os\n"
+             "package = importlib.import_module('accumulator')\n"
+             "print(os.path.dirname(package.__file__), package.__version__, importlib.util.find_spec('training'))\n")
+    (away / "readme_example.py").write_text(example + where, encoding="utf-8")  # ms.jit reads its source
+    result = subprocess.run([python, "readme_example.py"], cwd=away, env=env, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    location, version, updates, moved = result.stdout.split()[-4:]
-    assert location == os.path.join(site_packages, "accumulator")
-    assert (version, updates, moved) == (__version__, "1", "True")
+    assert result.stdout.split("\n")[-3:] == [prints, f"{installed} {__version__} None", ""]
+    result = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
+                             "-o", "doctest_optionflags=ELLIPSIS NORMALIZE_WHITESPACE", "--pyargs", "accumulator"],
+                            cwd=away, env=env, capture_output=True, text=True, timeout=1800)
+    # pytest exits 0 only when it collected doctests and every one passed (5 when it found none).
+    assert result.returncode == 0, result.stdout[-3000:]

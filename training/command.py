@@ -22,7 +22,7 @@ from training.optimizers import MOMENTUM
 from training.outputs import check_outputs
 
 # The Python versions setup.py's python_requires allows (tests/test_wheel.py checks that they agree).
-PYTHON_VERSIONS = "3.9 to 3.11"
+PYTHON_VERSIONS = "3.9 to 3.12"
 EPILOG = ("Exit status: 0 on success, 1 when data, device, output paths or checkpoints fail, 2 for bad flags, "
           "130 after Ctrl-C and 143 after SIGTERM (the last checkpoint stays whole; the message says how to resume). "
           f"Runs on Python {PYTHON_VERSIONS}.")
