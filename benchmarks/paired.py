@@ -1,9 +1,9 @@
 """Contenders timed in one process, block by block in turn: ratios fine to a few percent.
 
 Separate workers (``benchmarks.runner``) keep contenders from sharing
-caches and memory pools, but on a shared 2-core VM one process can run
-5-10% faster than the next for no reason of its own, which hides a 5%
-difference. Here every contender of one configuration is built in the
+caches and memory pools, but on a shared machine one process can run
+faster than the next for no reason of its own, which hides a small
+difference (docs/performance.md#noise). Here every contender of one configuration is built in the
 same process (graph mode, ``MS_DEV_HOST_BLOCKING_RUN=1``) and their blocks
 alternate A B C A B C, so each ratio pairs blocks timed moments apart; the
 table gives the median of those paired ratios. ``scripts/benchmark.py
