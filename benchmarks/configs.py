@@ -23,9 +23,8 @@ def make_configs(nets, modes, contenders, batch, accumulate, sweep=(), sweep_net
     """The measured configurations, in the order one repeat runs them.
 
     ``contenders`` are names in ``CONTENDERS``, ``optimizer`` one of
-    ``contenders.OPTIMIZERS``. MindSpore rows run with the
-    blocking runtime on and off, other frameworks' rows once, in mode
-    ``eager``. ``sweep`` adds one memory row per N for each of ``SWEPT``.
+    ``contenders.OPTIMIZERS``. Each row runs with the blocking runtime on
+    and off. ``sweep`` adds one memory row per N for each of ``SWEPT``.
 
     Example:
         >>> configs = make_configs(["mnist"], ["graph"], ["plain_micro"], batch=32, accumulate=4, sweep=[8])
@@ -35,13 +34,11 @@ def make_configs(nets, modes, contenders, batch, accumulate, sweep=(), sweep_net
     """
     configs = []
     for net in nets:
-        for mode in list(modes) + ["eager"]:  # eager: other frameworks' reference rows
+        for mode in modes:
             for name in contenders:
-                contender = CONTENDERS[name]
-                if mode not in contender.modes:
+                if mode not in CONTENDERS[name].modes:
                     continue
-                settings = BLOCKING_SETTINGS if contender.framework == "mindspore" else ("n/a",)
-                for blocking in settings:
+                for blocking in BLOCKING_SETTINGS:
                     configs.append(dict(kind="speed", net=net, **NETS[net], contender=name, mode=mode,
                                         blocking=blocking, optimizer=optimizer, batch=batch, accumulate=accumulate))
     # Peak memory against effective batch N x B: the plain step takes the

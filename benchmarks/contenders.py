@@ -10,8 +10,7 @@ registry, ``CONTENDERS[name].build``, is how they are reached.
 MindSpore is imported inside the builders so the parent process (which only
 schedules workers) never pays for it.
 """
-import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Tuple
 
 
@@ -33,27 +32,24 @@ class Runner:
 
 @dataclass
 class Contender:
-    """A registered row: its name, what it measures, its builder and where it runs.
+    """A registered row: its name, what it measures, its builder and the modes it runs in.
 
     Example:
         >>> contender = CONTENDERS["window"]
-        >>> contender.framework, contender.modes, contender.experiment
-        ('mindspore', ('graph',), False)
+        >>> contender.modes, contender.experiment
+        (('graph',), False)
     """
     name: str
     doc: str
     build: Callable
-    framework: str = "mindspore"
     modes: Tuple[str, ...] = ("graph", "pynative")
-    available: Callable = field(default=lambda: True)
-    experiment: bool = False  # design experiments run only with --experiments
+    experiment: bool = False  # the floors: in the default list only with --experiments
 
 
 CONTENDERS = {}
 
 
-def register(name, doc, framework="mindspore", modes=("graph", "pynative"), available=lambda: True,
-             experiment=False):
+def register(name, doc, modes=("graph", "pynative"), experiment=False):
     """Decorator adding a builder to ``CONTENDERS``.
 
     Example:
@@ -65,23 +61,20 @@ def register(name, doc, framework="mindspore", modes=("graph", "pynative"), avai
         >>> del CONTENDERS["my_row"]  # the example's row is not a real one
     """
     def decorate(build):
-        CONTENDERS[name] = Contender(name, doc, build, framework, tuple(modes), available, experiment)
+        CONTENDERS[name] = Contender(name, doc, build, tuple(modes), experiment)
         return build
     return decorate
 
 
-def available_contenders(experiments=False):
-    """Names of the registered contenders whose dependencies are importable here.
+def default_contenders(experiments=False):
+    """Names of the registered contenders a run times when ``--contenders`` is not given.
 
     Example:
-        >>> available_contenders()[:3]
+        >>> default_contenders()[:3]
         ['plain_micro', 'plain_full', 'accumulator']
     """
-    return [name for name, contender in CONTENDERS.items()
-            if (experiments or not contender.experiment) and contender.available()]
+    return [name for name, contender in CONTENDERS.items() if experiments or not contender.experiment]
 
-
-# --------------------------------------------------------------------------- MindSpore
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -153,18 +146,12 @@ def _build_plain_full(spec):
     return _plain(spec, spec["batch"] * spec["accumulate"])
 
 
-def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False, read=None):
-    """A train step feeding one micro-batch's gradients to an accumulator object.
-
-    ``read``: a function whose value on each micro-batch's gradients is
-    added to a scalar Parameter, so the graph keeps it: extra work to price.
-    """
+def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False):
+    """A train step feeding one micro-batch's gradients to an accumulator object."""
     import mindspore as ms
-    from mindspore import Parameter, Tensor, ops
     net, optimizer, loss_fn, data = _setup(spec)
     accumulator = make_accumulator(optimizer, spec["accumulate"])
     scale = 1.0 / spec["accumulate"] if divide_loss else 1.0
-    sink = None if read is None else Parameter(Tensor(0.0, ms.float32), name="read_sink", requires_grad=False)
 
     def forward(x, y):
         return loss_fn(net, x, y) * scale
@@ -173,9 +160,7 @@ def _accumulating(spec, make_accumulator, divide_loss=False, pass_loss=False, re
 
     def step(x, y):
         loss, grads = grad_fn(x, y)
-        if read is not None:  # Python constants: the graph keeps one branch of each
-            ops.assign_add(sink, read(grads))
-        if pass_loss:
+        if pass_loss:  # a Python constant: the graph keeps one branch
             return accumulator(loss, grads)
         return accumulator(grads)
 
@@ -303,52 +288,6 @@ def _build_two_graph_floor(spec):
                   _ms_weights(optimizer))
 
 
-# Experiment rows (--experiments), graph mode only: what a choice of the Accumulator costs.
-def _register_option(name, doc, **options):
-    """An experiment row: the Accumulator with ``options``, in the per-micro-step step."""
-    @register(name, f"Accumulator with {doc}", modes=("graph",), experiment=True)
-    def build(spec):
-        from accumulator import Accumulator
-
-        def make(optimizer, accumulate_step):
-            # Noise tracking needs the micro-batch size: the spec's batch.
-            sizes = {"micro_batch_size": spec["batch"]} if options.get("track_noise") else {}
-            return Accumulator(optimizer, accumulate_step, **options, **sizes)
-
-        return _accumulating(spec, make)
-    return build
-
-
-_register_option("acc_no_finite_check", "skip_nonfinite=False: the price of the per-window check",
-                 skip_nonfinite=False)
-_register_option("acc_micro_batch", "skip_nonfinite='micro_batch': a finiteness check per micro-step",
-                 skip_nonfinite="micro_batch")
-_register_option("acc_noise", "track_noise=True: the last micro-batch's distance from the window mean, "
-                 "once a window", track_noise=True)
-_register_option("acc_noise_micro_batch", "track_noise='micro_batch': a sum of squares per micro-step",
-                 track_noise="micro_batch")
-
-
-@register("acc_read_pass", "Accumulator plus one read of each micro-batch's gradient (its sum by MatMul): "
-          "the least any per-micro-step statistic, such as track_noise's sum of squares, can cost",
-          modes=("graph",), experiment=True)
-def _build_acc_read_pass(spec):
-    from accumulator import Accumulator
-    from benchmarks.floor import total
-    return _accumulating(spec, Accumulator, read=total)
-
-
-@register("acc_sum", "Accumulator(reduction='sum') with loss / N as the tutorial: no scaling pass per window",
-          modes=("graph",), experiment=True)
-def _build_acc_sum(spec):
-    from accumulator import Accumulator
-
-    def make(optimizer, accumulate_step):
-        return Accumulator(optimizer, accumulate_step, reduction="sum")
-
-    return _accumulating(spec, make, divide_loss=True)
-
-
 def _stacked_window(spec):
     """Optimizer, grad function and one window of stacked ``[N, B, ...]`` data, for the window-step rows."""
     import mindspore as ms
@@ -366,96 +305,11 @@ def _stacked_window(spec):
 
 @register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
           modes=("graph",))
-def _build_window(spec, **options):
+def _build_window(spec):
     from accumulator import Accumulator
     from accumulator.window import make_window_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    accumulator = Accumulator(optimizer, spec["accumulate"], **options)
+    accumulator = Accumulator(optimizer, spec["accumulate"])
     window_step = make_window_step(grad_fn, accumulator)
     return Runner(lambda: window_step(x, y), x.shape[0] * x.shape[1], _nbytes(accumulator.state_parameters()),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
-
-
-@register("window_noise", "the window step with track_noise=True: the last micro-batch's distance from the "
-          "window mean, once a window", modes=("graph",), experiment=True)
-def _build_window_noise(spec):
-    return _build_window(spec, track_noise=True, micro_batch_size=spec["batch"])
-
-
-@register("window_floor", "the least any MindSpore window step can cost: a bare while loop of forward, "
-          "backward and assign_add, then one SGD update; no mean, checks or counters", modes=("graph",),
-          experiment=True)
-def _build_window_floor(spec, mean=False, check=False):
-    import mindspore as ms
-    from benchmarks.floor import make_floor_step
-    optimizer, grad_fn, x, y = _stacked_window(spec)
-    window_step, buffers = make_floor_step(grad_fn, optimizer, mean, check)
-    k = ms.Tensor(x.shape[0], ms.int32)
-    return Runner(lambda: window_step(x, y, k), x.shape[0] * x.shape[1], _nbytes(buffers),
-                  _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
-
-
-@register("window_floor_mean", "window_floor plus the mean's multiply (the optimizer gets the sum divided by N)",
-          modes=("graph",), experiment=True)
-def _build_window_floor_mean(spec):
-    return _build_window_floor(spec, mean=True)
-
-
-@register("window_floor_check", "window_floor plus a finiteness check in a branch around the optimizer",
-          modes=("graph",), experiment=True)
-def _build_window_floor_check(spec):
-    return _build_window_floor(spec, check=True)
-
-
-@register("window_floor_checked", "window_floor plus what the Accumulator's defaults need: the mean's "
-          "multiply and a finiteness check in a branch around the optimizer", modes=("graph",), experiment=True)
-def _build_window_floor_checked(spec):
-    return _build_window_floor(spec, mean=True, check=True)
-
-
-# --------------------------------------------------------------------------- PyTorch (reference only)
-
-def _has_torch():
-    return importlib.util.find_spec("torch") is not None
-
-
-def _torch(spec, accumulate):
-    """PyTorch's loop on the spec's net: the optimizer every call, or every ``accumulate`` calls on loss / N."""
-    import torch
-    from benchmarks.nets import numpy_data, torch_net
-    # One thread: with two on a busy 2-core machine its OpenMP workers spin
-    # against each other and a step takes 38x longer (docs/performance.md).
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    net, loss_fn = torch_net(spec)
-    if spec.get("optimizer", "sgd") == "adam":
-        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
-    else:
-        optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-    x, y = (torch.from_numpy(a) for a in numpy_data(spec, spec["batch"]))
-    counter = [0]
-
-    def step():
-        loss = loss_fn(net, x, y) / accumulate
-        loss.backward()  # .grad is the accumulation buffer: 1.0x parameter bytes
-        counter[0] += 1
-        if counter[0] % accumulate == 0:
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=False)
-        return loss
-
-    param_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
-    return Runner(step, spec["batch"], param_bytes if accumulate > 1 else 0, param_bytes, sync=lambda: None,
-                  weights=lambda: [p.detach().numpy().copy() for p in net.parameters()])
-
-
-@register("torch_accumulate", "PyTorch eager reference: manual accumulation, loss / N, 1 thread",
-          framework="torch", modes=("eager",), available=_has_torch)
-def _build_torch_accumulate(spec):
-    return _torch(spec, spec["accumulate"])
-
-
-@register("torch_plain", "PyTorch eager reference: the optimizer every micro-step, 1 thread",
-          framework="torch", modes=("eager",), available=_has_torch)
-def _build_torch_plain(spec):
-    return _torch(spec, 1)

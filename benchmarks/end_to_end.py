@@ -1,4 +1,4 @@
-"""End to end: the training tool's epochs against its own compiled step, and against PyTorch.
+"""End to end: the training tools' epochs against their own compiled step.
 
 ``scripts/benchmark.py --end-to-end`` times what ``scripts/train_mnist.py``
 runs, through the ``training`` API (``build_run`` and ``train_epoch``, the
@@ -10,24 +10,14 @@ and alternates, epoch by epoch, between:
 * ``ceiling``: the same compiled step called on an epoch of Tensors built
   beforehand (the same windows, the short last one included, stepped by
   ``training.loop.train_on_windows`` as the tool steps them): what the
-  tool would reach if reading data and its progress bar cost nothing;
-A third worker (``pipelines``) trains per micro-step too, alternating its
-own ceiling with ``train_epoch`` fed by ``mindspore.dataset`` pipelines:
-``engine``, the previous pipeline (``MnistDataset`` with its maps and
-batch) and, with ``--experiments``, the other candidates. Apart, so that
-their threads never share a worker with the tool's timing.
+  tool would reach if reading data and its progress bar cost nothing.
 
 An ``lm`` worker does the same for ``scripts/train_lm.py``: its task
 (``training.lm.lm_task``, on the ``--synthetic`` text, its rows packed as
 the tool packs them by default) against its step on the same windows built
 beforehand, in tokens/s: every worker counts what its task counts
 (``Task.count``: MNIST's samples, the language model's tokens), in the
-field ``samples``.
-
-A last worker, when PyTorch is installed, trains the same network with the
-same accumulation (summed loss, divided by the window's samples; one update
-per window, the short last window too) on the same in-memory data, in eager
-mode with 2 threads. Each worker's first epoch is reported apart (it
+field ``samples``. Each worker's first epoch is reported apart (it
 compiles); the others are the steady state. Workers alternate over the
 repeats, as in the main benchmark.
 """
@@ -38,89 +28,34 @@ import sys
 import tempfile
 import time
 
-# Which step each worker runs: the per-micro-step loop, --window-step, the PyTorch reference.
-STEPS = ("micro", "window", "pipelines", "lm", "torch")
-STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "pipelines": "pipelines",
-              "lm": "LM, tokens/s", "torch": "PyTorch"}
-PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory",
-             "engine": "tool on mindspore.dataset", "loop": "same loop and data, eager, 2 threads",
-             # Pipeline candidates (--experiments): the tool fed by other mindspore.dataset pipelines.
-             "engine_1": "tool on mindspore.dataset, 1 worker/op", "slices": "tool on NumpySlicesDataset (memory)",
-             "generator": "tool on GeneratorDataset (memory)"}
-CANDIDATES = ("engine_1", "slices", "generator")
-# The targets of issue 14.
-TOOL_VS_CEILING = 0.9
-FIRST_EPOCH_EXTRA_S = 2.0
+from benchmarks.report import finish, ruled
+from benchmarks.runner import run_module
+from benchmarks.worker import RESULT_PREFIX
+
+# Which step each worker runs: the per-micro-step loop, --window-step, the language-model tool.
+STEPS = ("micro", "window", "lm")
+STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "lm": "LM, tokens/s"}
+PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory"}
 
 
-def make_specs(batch, accumulate, epochs, data_dir=None, torch=None, device_target="CPU", experiments=False,
-               text_bytes=None, max_length=None, steps=STEPS):
-    """One spec per worker of ``steps``: per-micro-step, window step, the dataset pipelines, the LM, PyTorch.
+def make_specs(batch, accumulate, epochs, data_dir=None, device_target="CPU", text_bytes=None, max_length=None,
+               steps=STEPS):
+    """One spec per worker of ``steps``: per-micro-step, window step, the LM.
 
-    ``torch`` None: when it is importable. ``data_dir`` None: each worker
-    writes the ``--synthetic`` set to a temporary folder. ``experiments``
-    adds the pipeline candidates to the per-micro-step worker. The LM's
-    synthetic text has ``text_bytes`` and samples of ``max_length`` tokens at
-    most (None: ``scripts/train_lm.py --synthetic``'s).
+    ``data_dir`` None: each worker writes the ``--synthetic`` set to a
+    temporary folder. The LM's synthetic text has ``text_bytes`` and samples
+    of ``max_length`` tokens at most (None: ``scripts/train_lm.py
+    --synthetic``'s).
 
     Example:
-        >>> [spec["step"] for spec in make_specs(32, 2, epochs=6, torch=False)]
-        ['micro', 'window', 'pipelines', 'lm']
+        >>> [spec["step"] for spec in make_specs(32, 2, epochs=6)]
+        ['micro', 'window', 'lm']
         >>> [spec["step"] for spec in make_specs(8, 4, epochs=3, steps=("lm",))]
         ['lm']
     """
-    if torch is None:
-        import importlib.util
-        torch = importlib.util.find_spec("torch") is not None
-    steps = [step for step in steps if torch or step != "torch"]
     lm = dict(text_bytes=text_bytes, max_length=max_length)
     return [dict(kind="end_to_end", step=step, batch=batch, accumulate=accumulate, epochs=epochs,
-                 data_dir=data_dir, device_target=device_target, experiments=experiments,
-                 **(lm if step == "lm" else {})) for step in steps]
-
-
-def _grouped(batches, accumulate_step):
-    window = []
-    for pair in batches:
-        window.append(pair)
-        if len(window) == accumulate_step:
-            yield window
-            window = []
-    if window:
-        yield window
-
-
-def _pipeline(name, split_dir, arrays, batch_size, reading):
-    """One pass of the mindspore.dataset pipeline ``name`` over ``split_dir`` (or its ``arrays``), batched."""
-    import mindspore.dataset as ds
-    from data.mnist import mnist_dataset, reading_order
-    if name in ("engine", "engine_1"):  # MnistDataset, map, batch: the pipeline before issue 14
-        return mnist_dataset(split_dir, batch_size, num_parallel_workers=1 if name == "engine_1" else None,
-                             **reading)
-    images, labels = arrays
-    order = reading_order(len(labels), batch_size, **reading)
-    if name == "slices":  # one row per sample, batched by the engine
-        return ds.NumpySlicesDataset({"image": images, "label": labels}, sampler=ds.SubsetSampler(order.tolist()),
-                                     num_parallel_workers=1).batch(batch_size, num_parallel_workers=1)
-
-    def batches():  # "generator": one row per batch, gathered by numpy
-        for start in range(0, len(order), batch_size):
-            yield images[order[start:start + batch_size]], labels[order[start:start + batch_size]]
-
-    return ds.GeneratorDataset(batches, column_names=["image", "label"], shuffle=False, num_parallel_workers=1,
-                               python_multiprocessing=False)
-
-
-def _pipeline_windows(name, split_dir):
-    """``Task.train_windows`` over the mindspore.dataset pipeline ``name`` (see ``PIPELINES``)."""
-    from data.mnist import load_mnist_split
-    arrays = None if name.startswith("engine") else load_mnist_split(split_dir)  # read once, as the tool does
-
-    def train_windows(batch_size, accumulate_step, **reading):
-        dataset = _pipeline(name, split_dir, arrays, batch_size, reading)
-        return _grouped(dataset.create_tuple_iterator(num_epochs=1), accumulate_step)
-
-    return train_windows
+                 data_dir=data_dir, device_target=device_target, **(lm if step == "lm" else {})) for step in steps]
 
 
 def _ceiling_epoch(run, windows, batch_size, accumulate_step, count):
@@ -154,7 +89,6 @@ def _lm_task(spec, folder):
 
 
 def _measure_mindspore(spec, data_dir, progress):
-    import dataclasses
     from training.config import TrainConfig
     from training.context import configure_context
     from training.loop import build_run, train_epoch
@@ -167,18 +101,11 @@ def _measure_mindspore(spec, data_dir, progress):
     run = build_run(config, task)
     epoch = iter(range(1, 10 ** 6))
 
-    def tool(on=task):  # what the task counts: samples, or tokens (a single process counts them all)
-        return lambda: train_epoch(run, on, config, next(epoch), progress)["counted"]
+    def tool():  # what the task counts: samples, or tokens (a single process counts them all)
+        return train_epoch(run, task, config, next(epoch), progress)["counted"]
 
-    variants = {"tool": tool()}
-    if spec["step"] == "pipelines":
-        variants = {}
-        for name in ("engine",) + (CANDIDATES if spec.get("experiments") else ()):
-            fed = dataclasses.replace(task, train_windows=_pipeline_windows(name, os.path.join(data_dir, "train")))
-            variants[name] = tool(fed)
-    first = _timed(next(iter(variants.values())))
-    for variant in list(variants.values())[1:]:
-        _timed(variant)  # each pipeline's own first epoch: its threads start
+    variants = {"tool": tool}
+    first = _timed(variants["tool"])
     windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
                                       drop_remainder=False, num_shards=None, shard_id=None))
     variants["ceiling"] = lambda: _ceiling_epoch(run, windows, config.batch_size, config.accumulate_step, task.count)
@@ -189,41 +116,6 @@ def _measure_mindspore(spec, data_dir, progress):
         for name in names[index % len(names):] + names[:index % len(names)]:
             epochs[name].append(_timed(variants[name]))
     return dict(first=first, epochs=epochs)
-
-
-def _measure_torch(spec, data_dir):
-    import numpy as np
-    import torch
-    from data.mnist import load_mnist_split
-
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    images, labels = load_mnist_split(os.path.join(data_dir, "train"))
-    images, labels = torch.tensor(images), torch.tensor(labels, dtype=torch.int64)
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                              torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
-    batch, span = spec["batch"], spec["batch"] * spec["accumulate"]
-
-    def epoch(seed):
-        order = torch.from_numpy(np.random.default_rng(seed).permutation(len(labels)))
-        loss_sum = 0.0
-        for start in range(0, len(order), span):
-            window = order[start:start + span]
-            for first in range(0, len(window), batch):
-                chosen = window[first:first + batch]
-                # Summed over the batch, divided by the window's samples: the tool's count-weighted mean.
-                loss = torch.nn.functional.cross_entropy(net(images[chosen]), labels[chosen],
-                                                         reduction="sum") / len(window)
-                loss.backward()
-                loss_sum += loss.item()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=False)
-        return len(order)
-
-    first = _timed(lambda: epoch(1))
-    return dict(first=first, epochs={"loop": [_timed(lambda seed=seed: epoch(seed))
-                                              for seed in range(2, spec["epochs"] + 1)]})
 
 
 def measure(spec, progress=True):
@@ -254,8 +146,6 @@ def measure(spec, progress=True):
             data_dir = scratch
             write_synthetic_mnist(data_dir, n_train=SYNTHETIC_SIZES["train"], n_test=SYNTHETIC_SIZES["test"],
                                   seed=SYNTHETIC_DATA_SEED)
-        if spec["step"] == "torch":
-            return _measure_torch(spec, data_dir)
         return _measure_mindspore(spec, data_dir, progress)
 
 
@@ -270,9 +160,8 @@ def run_end_to_end(specs, repeats, timeout=600, log=None):
         >>> import io
         >>> runs = run_end_to_end([dict(kind="end_to_end", step="nope")], repeats=1, log=io.StringIO())
         >>> runs[0]["error"].splitlines()[-1]
-        "ValueError: an end-to-end spec needs step (one of micro, window, pipelines, lm, torch), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
+        "ValueError: an end-to-end spec needs step (one of micro, window, lm), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
     """
-    from benchmarks.runner import run_module
     log = log or sys.stderr
     runs = []
     started = time.time()
@@ -291,22 +180,21 @@ def _throughput(epochs):
     return statistics.median(rates), max(rates)
 
 
-def summarize(runs):
+def end_to_end_rows(runs):
     """Rows per (step, pipeline): steady samples/s (median and fastest epoch) and the first epoch.
 
     Each tool row gets, against its own step's ceiling in the same
     workers, ``vs_ceiling`` (median samples/s against median),
     ``paired_vs_ceiling`` (the median of the ratios of epochs run in the
     same round, back to back: the least disturbed by load that comes and
-    goes) and ``min_vs_ceiling`` (fastest epoch against fastest epoch).
-    PyTorch's row gets ``vs_tool`` against the per-micro-step tool. A step
-    whose every run failed gives a row with its ``error``.
+    goes) and ``min_vs_ceiling`` (fastest epoch against fastest epoch). A
+    step whose every run failed gives a row with its ``error``.
 
     Example:
         >>> epochs = lambda s: [dict(seconds=s, samples=100)] * 3
         >>> run = dict(step="micro", first=dict(seconds=2.0, samples=100),
         ...            epochs={"tool": epochs(1.0), "ceiling": epochs(0.9)})
-        >>> rows = summarize([run])
+        >>> rows = end_to_end_rows([run])
         >>> [(row["pipeline"], round(row["vs_ceiling"], 2), round(row["paired_vs_ceiling"], 2))
         ...  for row in rows if "vs_ceiling" in row]
         [('tool', 0.9, 0.9)]
@@ -318,7 +206,7 @@ def summarize(runs):
         ran = [run for run in runs if run["step"] == step]
         ok = [run for run in ran if "error" not in run]
         if ran and not ok:
-            rows.append(dict(step=step, pipeline="tool" if step != "torch" else "loop", error=ran[-1]["error"]))
+            rows.append(dict(step=step, pipeline="tool", error=ran[-1]["error"]))
         if not ok:
             continue
         for pipeline in ok[0]["epochs"]:
@@ -328,12 +216,11 @@ def summarize(runs):
                        best_samples_per_s=best,
                        epoch_s=statistics.median(epoch["seconds"] for epoch in epochs),
                        min_epoch_s=min(epoch["seconds"] for epoch in epochs))
-            if pipeline not in ("ceiling", "loop"):
+            if pipeline == "tool":
                 # Epoch i of every variant ran in round i of the same worker.
                 row["paired_vs_ceiling"] = statistics.median(
                     (epoch["samples"] / epoch["seconds"]) / (ceiling["samples"] / ceiling["seconds"])
                     for run in ok for epoch, ceiling in zip(run["epochs"][pipeline], run["epochs"]["ceiling"]))
-            if pipeline in ("tool", "loop"):
                 # The first epoch against the median steady one, per worker.
                 extra = [run["first"]["seconds"] - statistics.median(e["seconds"] for e in run["epochs"][pipeline])
                          for run in ok]
@@ -343,65 +230,25 @@ def summarize(runs):
     by_key = {(row["step"], row["pipeline"]): row for row in rows if "error" not in row}
     for row in by_key.values():
         ceiling = by_key.get((row["step"], "ceiling"))
-        if row["pipeline"] not in ("ceiling", "loop") and ceiling:
+        if row["pipeline"] == "tool" and ceiling:
             row["vs_ceiling"] = row["samples_per_s"] / ceiling["samples_per_s"]
             row["min_vs_ceiling"] = row["best_samples_per_s"] / ceiling["best_samples_per_s"]
-    torch_row, tool = by_key.get(("torch", "loop")), by_key.get(("micro", "tool"))
-    if torch_row and tool:
-        torch_row["vs_tool"] = torch_row["samples_per_s"] / tool["samples_per_s"]
     return rows
 
 
-def check_targets(rows):
-    """Issue 14's targets that these rows measured, each with its values and whether it was met.
-
-    The tool must reach 0.9x its own step on in-memory Tensors, on the
-    median samples/s *and* on the epochs paired round by round (the
-    fastest epochs are shown, not judged: under load that comes and goes,
-    the fastest of a few epochs is a matter of luck); its first epoch
-    (which compiles) must take at most 2 s more than a steady one (median
-    over the workers).
-
-    Example:
-        >>> rows = [dict(step="micro", pipeline="tool", vs_ceiling=0.95, paired_vs_ceiling=0.92,
-        ...              min_vs_ceiling=0.85, first_extra_s=1.2, worst_first_extra_s=1.5, first_epoch_s=1.5,
-        ...              epoch_s=0.3)]
-        >>> [(check["target"], check["met"]) for check in check_targets(rows)]  # doctest: +NORMALIZE_WHITESPACE
-        [('end to end, per-micro-step: training tool >= 0.90x its step on Tensors in memory', True),
-         ('end to end, per-micro-step: first epoch within 2.0 s of a steady one', True)]
-    """
-    checks = []
-    for row in rows:
-        if row["pipeline"] != "tool" or "error" in row:
-            continue
-        name = STEP_NAMES[row["step"]]
-        ratios = row["vs_ceiling"], row["paired_vs_ceiling"], row["min_vs_ceiling"]
-        checks.append(dict(target=f"end to end, {name}: training tool >= {TOOL_VS_CEILING:.2f}x its step on "
-                                  "Tensors in memory",
-                           value="{:.2f}x median, {:.2f}x paired epochs ({:.2f}x fastest)".format(*ratios),
-                           median_ratio=ratios[0], paired_ratio=ratios[1], min_ratio=ratios[2],
-                           met=min(ratios[:2]) >= TOOL_VS_CEILING))
-        checks.append(dict(target=f"end to end, {name}: first epoch within {FIRST_EPOCH_EXTRA_S:.1f} s of a "
-                                  "steady one",
-                           value=f"+{row['first_extra_s']:.2f} s (first {row['first_epoch_s']:.2f} s, steady "
-                                 f"{row['epoch_s']:.2f} s; worst worker +{row['worst_first_extra_s']:.2f} s)",
-                           met=row["first_extra_s"] <= FIRST_EPOCH_EXTRA_S))
-    return checks
-
-
-def format_table(rows, title=""):
+def format_end_to_end(rows, title=""):
     """The end-to-end rows as text: steady samples/s, ratios against the ceiling, the first epoch.
 
     Example:
         >>> row = dict(step="micro", pipeline="tool", epochs=10, samples_per_s=22000.0, best_samples_per_s=24000.0,
         ...            epoch_s=0.27, min_epoch_s=0.25, vs_ceiling=0.93, paired_vs_ceiling=0.94, min_vs_ceiling=0.95,
         ...            first_epoch_s=1.4)
-        >>> print(format_table([row]).splitlines()[2])
+        >>> print(format_end_to_end([row]).splitlines()[2])
         per-micro-step  training tool (data in memory)           0.270   0.250    22000    24000   0.93   0.94   0.95     1.40
     """
     head = (f"{'step':15} {'pipeline':38} {'epoch s':>7} {'min s':>7} {'samples/s':>8} {'best/s':>8} "
             f"{'x ceil':>6} {'x pair':>6} {'x min':>6} {'first s':>8}")
-    lines = ([title] if title else []) + [head, "-" * len(head)]
+    lines = ([title] if title else []) + ruled(head)
     for row in rows:
         label = f"{STEP_NAMES[row['step']]:15} {PIPELINES[row['pipeline']]:38}"
         if "error" in row:
@@ -412,18 +259,15 @@ def format_table(rows, title=""):
         first = f"{row['first_epoch_s']:8.2f}" if "first_epoch_s" in row else ""
         lines.append(f"{label} {row['epoch_s']:7.3f} {row['min_epoch_s']:7.3f} "
                      f"{row['samples_per_s']:8.0f} {row['best_samples_per_s']:8.0f} {ratio} {first}".rstrip())
-    torch_row = next((row for row in rows if "vs_tool" in row), None)
-    if torch_row:
-        lines.append(f"PyTorch's loop: {torch_row['vs_tool']:.2f}x the per-micro-step training tool's samples/s.")
     lines.append("epoch s: median steady epoch (the first apart); x ceil: median samples/s against the same "
                  "step on Tensors in memory, in the same workers; x pair: median ratio of the epochs run back to "
                  "back; x min: fastest epoch against fastest; first s: the first epoch, compile included.")
     return "\n".join(lines)
 
 
-def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU", experiments=False, timeout=600,
-           json_path=None, settings=None, plot_path=None, steps=STEPS):
-    """The ``--end-to-end`` run of the workers ``steps``: table, targets and load note printed, JSON and plot written.
+def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU", timeout=600, json_path=None,
+           settings=None, plot_path=None, steps=STEPS):
+    """The ``--end-to-end`` run of the workers ``steps``: table and load note printed, JSON and plot written.
 
     Returns the exit status. ``steps=("lm",)`` times the language-model tool alone.
 
@@ -431,20 +275,17 @@ def report(batch, accumulate, epochs, repeats, data_dir=None, device_target="CPU
         >>> report(32, 2, epochs=3, repeats=1)  # a few minutes  # doctest: +SKIP
         0
     """
-    from benchmarks.report import finish
-    specs = make_specs(batch, accumulate, epochs, data_dir, device_target=device_target, experiments=experiments,
-                       steps=steps)
+    specs = make_specs(batch, accumulate, epochs, data_dir, device_target=device_target, steps=steps)
     runs = run_end_to_end(specs, repeats, timeout)
-    rows = summarize(runs)
-    checks = check_targets(rows)
-    print(format_table(rows, f"end to end: {data_dir or 'the --synthetic set'}, batch {batch} x {accumulate}, "
+    rows = end_to_end_rows(runs)
+    print(format_end_to_end(rows, f"end to end: {data_dir or 'the --synthetic set'}, batch {batch} x {accumulate}, "
                              f"graph mode on {device_target}, {repeats} x {epochs} epochs per step"))
 
     def draw(path):
         from benchmarks.plot import plot_end_to_end
         return plot_end_to_end(rows, path, lambda row: f"{STEP_NAMES[row['step']]}: {PIPELINES[row['pipeline']]}")
 
-    return finish(runs, rows, checks, json_path, settings, plot_path, draw)
+    return finish(runs, json_path, plot_path, draw, settings=settings, runs=runs, rows=rows)
 
 
 def main(argv=None):
@@ -453,9 +294,8 @@ def main(argv=None):
     Example:
         >>> main(['{"step": "micro"}'])
         Traceback (most recent call last):
-        ValueError: an end-to-end spec needs step (one of micro, window, pipelines, lm, torch), batch, accumulate and epochs; got {'step': 'micro'}
+        ValueError: an end-to-end spec needs step (one of micro, window, lm), batch, accumulate and epochs; got {'step': 'micro'}
     """
-    from benchmarks.worker import RESULT_PREFIX
     spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
     print(RESULT_PREFIX + json.dumps(measure(spec)), flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""The benchmark's nets, in MindSpore and in PyTorch, with their fixed synthetic data.
+"""The benchmark's nets, with their fixed synthetic data.
 
 ``NETS`` names each net and its sizes; a configuration carries them as
 they are (``hidden``, ``depth``, ``family``). The MNIST nets hold 6
@@ -91,67 +91,3 @@ def _deep_mlp(nn, width, depth):
         if index < depth - 1:
             layers.append(nn.ReLU())
     return nn.SequentialCell(layers)
-
-
-def torch_net(spec):
-    """The spec's net in PyTorch and its mean loss ``loss_fn(net, inputs, targets)``, for the reference rows.
-
-    Example:
-        >>> net, loss_fn = torch_net(dict(NETS["deep128"]))  # doctest: +SKIP
-        >>> len(list(net.parameters()))  # doctest: +SKIP
-        128
-    """
-    import torch
-    sizes = net_spec(spec)
-    width, depth = sizes["hidden"], sizes["depth"]
-    if sizes["family"] == "lm":
-        net = _torch_lm(torch, width, depth)
-
-        def lm_loss(net, inputs, targets):
-            return torch.nn.functional.cross_entropy(net(inputs).flatten(0, 1), targets.flatten().long())
-        return net, lm_loss
-    first = 784 if sizes["family"] == "mnist" else width
-    layers = [torch.nn.Flatten()]
-    for index in range(depth):
-        layers.append(torch.nn.Linear(first if index == 0 else width, width if index < depth - 1 else 10))
-        if index < depth - 1:
-            layers.append(torch.nn.ReLU())
-    net = torch.nn.Sequential(*layers)
-
-    def mean_loss(net, inputs, targets):
-        return torch.nn.functional.cross_entropy(net(inputs), targets.long())
-    return net, mean_loss
-
-
-def _torch_lm(torch, width, depth):
-    """A GPT-2-style model of ``depth`` pre-LayerNorm blocks, output tied to the embedding."""
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
-            self.attention = torch.nn.MultiheadAttention(width, 4, batch_first=True)
-            self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
-                                           torch.nn.Linear(4 * width, width))
-
-        def forward(self, x, mask):
-            h = self.norm1(x)
-            x = x + self.attention(h, h, h, attn_mask=mask, need_weights=False)[0]
-            return x + self.mlp(self.norm2(x))
-
-    class LM(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = torch.nn.Embedding(VOCAB, width)
-            self.position = torch.nn.Parameter(torch.zeros(TOKENS, width))
-            self.blocks = torch.nn.ModuleList(Block() for _ in range(depth))
-            self.norm = torch.nn.LayerNorm(width)
-
-        def forward(self, tokens):
-            length = tokens.shape[1]
-            mask = torch.triu(torch.ones(length, length, dtype=torch.bool), 1)
-            x = self.embedding(tokens.long()) + self.position[:length]
-            for block in self.blocks:
-                x = block(x, mask)
-            return self.norm(x) @ self.embedding.weight.T
-
-    return LM()

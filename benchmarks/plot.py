@@ -1,4 +1,4 @@
-"""The benchmarks' figures: throughput bars and peak memory against effective batch; losses of the scale-rule sweeps."""
+"""The benchmarks' figures: throughput bars and peak memory against effective batch; the end-to-end bars."""
 import sys
 
 from benchmarks.configs import SWEPT
@@ -85,48 +85,5 @@ def plot_end_to_end(rows, path, label):
     bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the same step on Tensors in memory)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
-
-
-def plot_losses(runs, path, target=None):
-    """Writes validation loss against epochs (equal samples) and against training seconds, a line per run, to ``path``.
-
-    ``runs``: ``{name: records}``, a record per epoch with ``test_loss`` and
-    ``seconds`` (benchmarks.scale_rules' sweeps); ``target``, a loss, is
-    drawn dashed. Returns False, after a line on stderr, when matplotlib is
-    not installed.
-
-    Example:
-        >>> import os, tempfile
-        >>> runs = {"N=1": [{"test_loss": 2.0, "seconds": 3.0}, {"test_loss": 1.0, "seconds": 3.0}]}
-        >>> path = os.path.join(tempfile.mkdtemp(), "rules.png")
-        >>> plot_losses(runs, path, target=1.0), os.path.getsize(path) > 0
-        (True, True)
-    """
-    plt = _pyplot()
-    if plt is None:
-        return False
-    figure, (by_epoch, by_second) = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
-    for index, (name, records) in enumerate(runs.items()):
-        # Adaptive runs dashed; tab20's colours, so that no two of up to 20 runs share one.
-        style = dict(linestyle="--" if name.startswith("auto") else "-", marker="o", markersize=3, label=name,
-                     color=plt.cm.tab20(index % 20))
-        losses = [record["test_loss"] for record in records]
-        seconds, elapsed = [], 0.0
-        for record in records:
-            elapsed += record["seconds"]
-            seconds.append(elapsed)
-        by_epoch.plot(range(1, len(losses) + 1), losses, **style)
-        by_second.plot(seconds, losses, **style)
-    for axes, label in ((by_epoch, "epochs (the same samples in every run)"), (by_second, "training seconds")):
-        if target is not None:
-            axes.axhline(target, color="gray", linestyle=":", linewidth=1)
-        axes.set_xlabel(label)
-        axes.set_yscale("log")
-    by_epoch.set_ylabel("validation loss")
-    by_second.legend(fontsize=7, ncol=2)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
     plt.close(figure)
     return True

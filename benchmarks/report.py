@@ -1,16 +1,97 @@
-"""What a benchmark run prints and writes: the table, the target lines, the load note, the JSON."""
+"""From the workers' runs to what a run prints and writes: rows, the table, the load note, the JSON.
+
+Speed ratios are throughput against throughput, each contender at its best
+runtime setting, on medians and on the fastest blocks (the minimum is least
+disturbed by other work on the machine).
+"""
 import json
 import os
 import statistics
 
-from benchmarks.configs import BLOCKING_ENV
+from benchmarks.configs import BLOCKING_ENV, config_key
+
+
+def summarize(runs):
+    """Merges the repeats of each configuration: min and median over all timed blocks.
+
+    A configuration whose every repeat failed keeps its ``error``.
+
+    Example:
+        >>> summarize([dict(kind="speed", net="mnist", contender="x", mode="graph", blocking="1",
+        ...                 accumulate=4, batch=32, block_ms=[2.0, 1.0], compile_s=1.0,
+        ...                 state_bytes=0, param_bytes=8, peak_mb=100.0, baseline_mb=90.0)])[0]["median_ms"]
+        1.5
+    """
+    grouped = {}
+    for run in runs:
+        grouped.setdefault(config_key(run), []).append(run)
+    rows = []
+    for group in grouped.values():
+        ok = [run for run in group if "error" not in run]
+        first = dict(group[0])
+        first.pop("block_ms", None)
+        if not ok:
+            rows.append(first)
+            continue
+        blocks = [ms for run in ok for ms in run["block_ms"]]
+        median = statistics.median(blocks)
+        first.pop("error", None)
+        first.update(
+            repeats=len(ok), min_ms=min(blocks), median_ms=median,
+            samples_per_s=1000.0 * first["batch"] / median,
+            best_samples_per_s=1000.0 * first["batch"] / min(blocks),
+            compile_s=statistics.median(run["compile_s"] for run in ok),
+            peak_mb=max(run["peak_mb"] for run in ok),
+            baseline_mb=min(run["baseline_mb"] for run in ok),
+            state_ratio=ok[0]["state_bytes"] / ok[0]["param_bytes"])
+        rows.append(first)
+    return rows
+
+
+def best_rows(rows):
+    """Per (net, mode, contender), the runtime setting with the higher median throughput.
+
+    Each chosen row gets ``ratio_vs_plain_micro`` (medians) and
+    ``min_ratio_vs_plain_micro`` (fastest blocks) against plain_micro's
+    best row in the same mode.
+
+    Example:
+        >>> rows = [dict(kind="speed", net="mnist", mode="graph", contender="plain_micro", blocking=b,
+        ...              median_ms=1.0, samples_per_s=s, best_samples_per_s=s) for b, s in (("1", 30.0), ("", 10.0))]
+        >>> best = best_rows(rows)[("mnist", "graph", "plain_micro")]
+        >>> best["blocking"], best["ratio_vs_plain_micro"]
+        ('1', 1.0)
+    """
+    best = {}
+    for row in rows:
+        if row["kind"] != "speed" or "median_ms" not in row:
+            continue
+        key = (row["net"], row["mode"], row["contender"])
+        if key not in best or row["samples_per_s"] > best[key]["samples_per_s"]:
+            best[key] = row
+    for (net, mode, _), row in best.items():
+        base = best.get((net, mode, "plain_micro"))
+        row["ratio_vs_plain_micro"] = row["samples_per_s"] / base["samples_per_s"] if base else None
+        row["min_ratio_vs_plain_micro"] = (row["best_samples_per_s"] / base["best_samples_per_s"]
+                                           if base else None)
+    return best
+
+
+def ruled(head):
+    """A table's first lines: its heading and a rule as wide.
+
+    Example:
+        >>> ruled("net  ms")
+        ['net  ms', '-------']
+    """
+    return [head, "-" * len(head)]
 
 
 def format_table(rows, best):
     """The speed table as text: one line per configuration, ratios on the best setting.
 
-    ``rows`` come from ``analysis.summarize``, ``best`` from
-    ``analysis.best_rows``; memory rows, if any, follow the table.
+    ``rows`` come from ``summarize``, ``best`` from ``best_rows``; memory
+    rows, if any, follow the table.
 
     Example:
         >>> row = dict(kind="speed", net="mnist", mode="graph", contender="plain_micro", blocking="1",
@@ -23,7 +104,7 @@ def format_table(rows, best):
     width = max([18] + [len(row["contender"]) for row in rows if row["kind"] == "speed"])
     head = (f"{'net':6} {'mode':8} {'contender':{width}} {'block':5} {'ms/micro':>9} {'min':>8} "
             f"{'samples/s':>10} {'x(1)':>6} {'x(1)min':>7} {'compile s':>9} {'state/param':>11} {'peak MB':>8}")
-    lines = [head, "-" * len(head)]
+    lines = ruled(head)
     for row in rows:
         if row["kind"] != "speed":
             continue
@@ -52,23 +133,6 @@ def format_table(rows, best):
     return "\n".join(lines)
 
 
-def format_targets(checks):
-    """The target checks of ``analysis.check_targets`` as text lines.
-
-    Example:
-        >>> print(format_targets([dict(target="t", value="v", met=True),
-        ...                       dict(target="u", median_ratio=0.9, min_ratio=0.8, met=False)]))
-        targets:
-          met      t: v
-          NOT MET  u: 0.90x median, 0.80x min
-    """
-    lines = ["targets:"]
-    for check in checks:
-        value = check.get("value") or f"{check['median_ratio']:.2f}x median, {check['min_ratio']:.2f}x min"
-        lines.append(f"  {'met' if check['met'] else 'NOT MET':8} {check['target']}: {value}")
-    return "\n".join(lines)
-
-
 def note_load(runs, cores=None):
     """A warning line when the machine was busy with other work during the runs, else ''.
 
@@ -89,53 +153,39 @@ def note_load(runs, cores=None):
 
 
 def write_json(path, **sections):
-    """Writes ``sections`` (settings, runs, rows, targets; or kernels) as one JSON object.
+    """Writes ``sections`` (settings, runs, rows) as one JSON object.
 
     Example:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "bench.json")
-        >>> write_json(path, rows=[], targets=[])
+        >>> write_json(path, rows=[])
         >>> open(path).read()
-        '{\\n "rows": [],\\n "targets": []\\n}'
+        '{\\n "rows": []\\n}'
     """
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(sections, handle, indent=1)
 
 
-def close_report(checks, runs, json_path=None, /, **sections):
-    """After the tables: the targets and the load note of ``runs`` printed; ``sections`` and the targets written to ``json_path``.
+def finish(measured, json_path=None, plot_path=None, draw=None, **sections):
+    """After the tables: the load note of the ``measured`` runs printed, ``sections`` written to ``json_path``, the plot.
 
-    Nothing is written when ``json_path`` is None.
+    The plot is ``draw(plot_path)``. Returns the exit status: 2 when the plot
+    could not be written, 1 when a run failed, else 0. Nothing is written
+    when a path is None.
 
     Example:
         >>> import os, tempfile
         >>> path = os.path.join(tempfile.mkdtemp(), "bench.json")
-        >>> close_report([dict(target="t", value="v", met=True)], [dict(load_before=0.0)], path, rows=[])
-        targets:
-          met      t: v
+        >>> finish([dict(load_before=0.0, error="boom")], path, rows=[])
+        1
         >>> sorted(json.load(open(path)))
-        ['rows', 'targets']
+        ['rows']
     """
-    if checks:
-        print(format_targets(checks))
-    load = note_load(runs)
+    load = note_load(measured)
     if load:
         print(load)
     if json_path:
-        write_json(json_path, **sections, targets=checks)
-
-
-def finish(runs, rows, checks, json_path=None, settings=None, plot_path=None, draw=None):
-    """After the table: ``close_report``, then ``draw(path)`` for the plot.
-
-    Returns the exit status: 2 when the plot could not be written, 1 when a
-    row failed, else 0.
-
-    Example:
-        >>> finish(runs=[], rows=[dict(error="boom")], checks=[])
-        1
-    """
-    close_report(checks, runs, json_path, settings=settings, runs=runs, rows=rows)
+        write_json(json_path, **sections)
     if plot_path and not draw(plot_path):
         return 2
-    return 1 if any("error" in row for row in rows) else 0
+    return 1 if any("error" in run for run in measured) else 0

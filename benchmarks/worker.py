@@ -65,8 +65,7 @@ def measure(spec):
         (2, 25768)
     """
     contender = CONTENDERS[spec["contender"]]
-    if contender.framework == "mindspore":
-        use_mindspore(spec["mode"], spec["device_target"])
+    use_mindspore(spec["mode"], spec["device_target"])
     # Memory the runtime holds before any of the contender's tensors exist.
     baseline_mb = peak_mb(spec["device_target"])
     runner = contender.build(spec)

@@ -179,10 +179,10 @@ def load_mnist_split(split_dir):
     0.3081`` in float32, as its ``Rescale`` and ``Normalize`` compute);
     ``labels`` int32 ``[n]``. Samples come in the order ``MnistDataset``
     reads them (the ``t10k`` pair before the ``train`` pair when a folder
-    holds both). Both arrays are read-only. Real MNIST's train split takes
-    188 MB as float32, its test split 31 MB: the price of an epoch that
-    reads memory instead of running MindSpore's dataset engine against the
-    training step for the same two cores (``scripts/benchmark.py --end-to-end``).
+    holds both). Both arrays are read-only. Both splits as float32 stay in
+    memory: the price of an epoch that reads memory instead of running
+    MindSpore's dataset engine against the training step for the same two
+    cores (``scripts/benchmark.py --end-to-end``).
 
     Example:
         >>> from data.idx import write_synthetic_mnist

@@ -54,6 +54,7 @@ def mnist_loss(reduction="mean"):
     """
     if reduction not in LOSS_REDUCTIONS:
         raise ValueError(f"reduction must be one of {LOSS_REDUCTIONS}, got {reduction!r}")
-    # Not nn.CrossEntropyLoss: same values to float32 rounding, but it compiles
-    # to ~35 kernels per micro-step instead of ~82, which dominates small steps.
+    # Not nn.CrossEntropyLoss: same values to float32 rounding, but it compiles to many more kernels, and
+    # launches dominate small steps:
+    # docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch
     return nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction=reduction)

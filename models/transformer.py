@@ -63,7 +63,7 @@ class TanhGELU(nn.Cell):
     """GELU's tanh form, ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, as ``nn.GELU()`` computes it, in float32.
 
     Composed of elementwise ops: MindSpore 2.10's CPU GeLU kernel and its
-    gradient took 7x as long (docs/language-model-tool.md, Speed). Float32
+    gradient are slower (docs/language-model-tool.md#speed). Float32
     whatever the compute dtype, so that ``x^3`` cannot overflow float16.
 
     Example:
@@ -108,7 +108,8 @@ class Attention(nn.Cell):
         self.dropout = nn.Dropout(p=dropout)
         # An attribute, not the module constant: amp O1 recompiles construct without this module's globals.
         self.masked_score = MASKED_SCORE
-        # Split, not qkv[0], qkv[1], qkv[2]: CPU StridedSlice and its gradient took 4x as long.
+        # Split, not qkv[0], qkv[1], qkv[2]: one kernel where CPU StridedSlice and its gradient are dear
+        # (docs/language-model-tool.md#speed).
         self.split = ops.Split(2, 3)
 
     def construct(self, x, keep):

@@ -12,29 +12,28 @@ off. Each MindSpore configuration is therefore measured with the variable set
 and unset, and contenders are compared best setting against best setting.
 
 Examples:
-    python scripts/benchmark.py --quick               # about 7 CPU-minutes: 30 minutes under heavy load
+    python scripts/benchmark.py --quick               # a short graph-mode run
     python scripts/benchmark.py --json bench.json --plot bench.png
     python scripts/benchmark.py --nets wide --contenders plain_micro,accumulator
     python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
-        --contenders plain_micro,recommended,window,accumulator,tutorial,boost,torch_plain,torch_accumulate
-    python scripts/benchmark.py --kernels             # single kernels, MindSpore against PyTorch
-    python scripts/benchmark.py --profile --nets deep48 --optimizer adam -B 16 -N 4   # kernels inside the steps
-    python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step and PyTorch
-    python scripts/benchmark.py --compile-times       # train_lm.py's compiles and first epoch, about 3 minutes
+        --contenders plain_micro,micro_floor,recommended,apply_floor,window,accumulator,tutorial,boost
+    python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step
+
+Earlier harnesses (single kernels, the profiler, compile times, packing,
+scaling rules, whole-batch memory) are in the git history: BENCHMARKS.md
+names the commit and command of each.
 """
 import argparse
 import os
-import shlex
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.analysis import best_rows, check_targets, summarize  # noqa: E402
 from benchmarks.configs import MODES, NETS, make_configs, name_list, positive, positive_int_list  # noqa: E402
-from benchmarks.contenders import CONTENDERS, OPTIMIZERS, available_contenders  # noqa: E402
-from benchmarks.report import finish, format_table  # noqa: E402
+from benchmarks.contenders import CONTENDERS, OPTIMIZERS, default_contenders  # noqa: E402
+from benchmarks.report import best_rows, finish, format_table, summarize  # noqa: E402
 from benchmarks.runner import run_configs  # noqa: E402
 
 
@@ -50,23 +49,23 @@ def parse_args(argv=None):
     parser.add_argument("--nets", default="mnist,wide", type=name_list(NETS),
                         help="comma list of: " + ", ".join(NETS))
     parser.add_argument("--contenders", default="", type=name_list(CONTENDERS, allow_empty=True),
-                        help="comma list (default: all available): " + ", ".join(CONTENDERS))
+                        help="comma list (default: all but the floors): " + ", ".join(CONTENDERS))
     parser.add_argument("--experiments", action="store_true",
-                        help="add the experiment rows: " + ", ".join(n for n, c in CONTENDERS.items() if c.experiment)
-                        + "; with --end-to-end, the other mindspore.dataset pipelines")
+                        help="add the floors to the default list: "
+                        + ", ".join(n for n, c in CONTENDERS.items() if c.experiment))
     parser.add_argument("--modes", default="graph,pynative", type=name_list(MODES),
                         help="comma list of " + ", ".join(MODES))
     parser.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS,
-                        help="the optimizer of every MindSpore and PyTorch row (issue 25's targets: adam)")
+                        help="the optimizer of every row")
     parser.add_argument("--batch", "-B", type=positive(int), default=32, help="micro-batch size B")
     parser.add_argument("--accumulate", "-N", type=positive(int), default=None,
                         help="micro-batches per window N (default 8; with --end-to-end 2, as train_mnist.py)")
     parser.add_argument("--repeats", type=positive(int), default=2, help="alternating rounds over all configurations")
-    # A window of the wide net takes ~0.4 s: with 1 s per worker, medians of
-    # the same configuration moved by 10-15% between runs; 4 s steadies them.
+    # Long enough for whole windows of the wide net in every block (docs/performance.md#noise).
     parser.add_argument("--seconds", type=positive(float), default=4.0, help="timed seconds per worker")
     parser.add_argument("--blocks", type=positive(int), default=5, help="timed blocks per worker (whole windows each)")
-    # N=256 (N x B = 8192 at B=32) is where the wide net's plain step outgrows the accumulator.
+    # Up to where the plain full-batch step's memory outgrows the accumulator's:
+    # BENCHMARKS.md#separate-processes-sgd-n8-pynative-memory
     parser.add_argument("--sweep", default="1,4,16,64,256", type=positive_int_list,
                         help="N values of the memory sweep ('' skips it)")
     parser.add_argument("--sweep-net", default="wide", choices=sorted(NETS))
@@ -74,26 +73,14 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=positive(float), default=300, help="seconds before a worker is killed")
     parser.add_argument("--json", help="write every run and the summary to this path")
     parser.add_argument("--plot", help="write a PNG (needs matplotlib) to this path")
-    parser.add_argument("--kernels", action="store_true",
-                        help="time single kernels (MatMul, AssignAdd, sums) in MindSpore and PyTorch, then stop")
-    parser.add_argument("--profile", action="store_true",
-                        help="profile the plain step, the recommended micro-step and a whole window on each of "
-                             "--nets: kernels launched and their compute time per micro-step, against wall time, "
-                             "then stop")
     parser.add_argument("--end-to-end", action="store_true",
                         help="time train_mnist.py's training (training.train_epoch, data from memory) against "
-                             "its own compiled step on Tensors in memory, the mindspore.dataset pipeline and "
-                             "PyTorch, per-micro-step and --window-step, then stop")
+                             "its own compiled step on Tensors in memory, per-micro-step and --window-step, "
+                             "then stop")
     parser.add_argument("--epochs", type=positive(int), default=6,
                         help="with --end-to-end: epochs per worker, the first (compile) reported apart")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
                         help="with --end-to-end: MNIST's train/ and test/ (default: train_mnist.py's --synthetic set)")
-    parser.add_argument("--compile-times", action="store_true",
-                        help="time train_lm.py --synthetic's compiled graphs, first call against a later one, and "
-                             "its first two epochs: their slowest windows and last window, then stop")
-    parser.add_argument("--lm-flags", default="", type=shlex.split, metavar="FLAGS",
-                        help="with --compile-times: train_lm.py's flags as one argument, "
-                             "e.g. --lm-flags='--width 16 --depth 1' (default: its defaults)")
     parser.add_argument("--paired", action="store_true",
                         help="time the --contenders (graph mode, blocking runtime) in one process per net, "
                              "block by block in turn, each against the first: for ratios within a few percent")
@@ -103,28 +90,18 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.accumulate is None:
         args.accumulate = 2 if args.end_to_end else 8
-    missing = [name for name in args.contenders if not CONTENDERS[name].available()]
-    if missing:
-        parser.error(f"argument --contenders: {', '.join(missing)} cannot run here: "
-                     f"{', '.join(sorted({CONTENDERS[name].framework for name in missing}))} is not installed "
-                     f"(available: {', '.join(available_contenders(experiments=True))})")
     if args.paired and len(args.contenders) < 2:
         parser.error("argument --paired: needs --contenders with two or more names (the first is the baseline)")
     if args.quick:
         args.modes, args.repeats, args.seconds, args.blocks, args.sweep = ["graph"], 1, 0.5, 3, [1, 8]
         args.epochs = min(args.epochs, 3)
-    if args.compile_times:
-        from benchmarks.compile_times import check_lm_flags
-        refused = check_lm_flags(args.lm_flags)
-        if refused:
-            parser.error(f"argument --lm-flags: {shlex.join(args.lm_flags)!r}: {refused}")
     if args.end_to_end and args.epochs < 2:
         parser.error("argument --epochs: --end-to-end needs 2 or more (the first compiles and is reported apart)")
     return args
 
 
 def main(argv=None):
-    """Runs the benchmark the command line asks for, prints the table and targets; returns the exit status.
+    """Runs the benchmark the command line asks for and prints its table; returns the exit status.
 
     0 when every configuration ran, 1 when one failed, 2 when the plot could not be written.
 
@@ -133,21 +110,11 @@ def main(argv=None):
         0
     """
     args = parse_args(argv)
-    if args.kernels:
-        from benchmarks.kernels import report_kernels
-        return report_kernels(args.device_target, args.json)
-    if args.profile:
-        from benchmarks.profile import report_profile
-        return report_profile(args.nets, args.batch, args.accumulate, args.optimizer, device_target=args.device_target,
-                              timeout=args.timeout, json_path=args.json)
-    if args.compile_times:
-        from benchmarks.compile_times import report_compile_times
-        return report_compile_times(args.lm_flags, args.timeout, args.json)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,
-                      args.experiments, args.timeout, args.json, vars(args), args.plot)
-    names = args.contenders or available_contenders(args.experiments)
+                      args.timeout, args.json, vars(args), args.plot)
+    names = args.contenders or default_contenders(args.experiments)
     if args.paired:
         from benchmarks.paired import report as report_paired
         return report_paired(args.nets, names, args.batch, args.accumulate, args.seconds, args.blocks,
@@ -157,14 +124,13 @@ def main(argv=None):
     runs = run_configs(configs, args.repeats, args.seconds, args.blocks, args.device_target, args.timeout)
     rows = summarize(runs)
     best = best_rows(rows)
-    checks = check_targets(rows, best)
     print(format_table(rows, best))
 
     def draw(path):
         from benchmarks.plot import plot
         return plot(rows, best, path)
 
-    return finish(runs, rows, checks, args.json, vars(args), args.plot, draw)
+    return finish(runs, args.json, args.plot, draw, settings=vars(args), runs=runs, rows=rows)
 
 
 if __name__ == "__main__":

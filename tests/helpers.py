@@ -1,8 +1,9 @@
 """Small nets, optimizers, reference runs, fast-path sweeps and an msrun launcher for the tests.
 
 The library's tests import this module alone, so it imports MindSpore, numpy,
-pytest and ``accumulator``, never the tools; ``tool_helpers`` holds what only
-the tools' tests need.
+pytest, ``accumulator`` and the optimizer factory ``training.optimizers``
+(which imports MindSpore alone), never the rest of the tools;
+``tool_helpers`` holds what only the tools' tests need.
 """
 import contextlib
 import os
@@ -14,17 +15,13 @@ import numpy as np
 import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
-from mindspore.experimental import optim
 
+import training.optimizers
 from accumulator import Accumulator
 
 # The optimizers the library is tested with, by name: MindSpore's nn ones and
-# experimental.optim's AdamW, a new-style optimizer; the Adams take a tenth of
-# the learning rate and adamw decays by 0.1.
-OPTIMIZERS = {"sgd": lambda params, lr: nn.SGD(params, lr),
-              "momentum": lambda params, lr: nn.Momentum(params, lr, momentum=0.9),
-              "adam": lambda params, lr: nn.Adam(params, lr / 10),
-              "adamw": lambda params, lr: optim.AdamW(params, lr=lr / 10, weight_decay=0.1)}
+# experimental.optim's AdamW (on CPU), a new-style optimizer.
+OPTIMIZERS = training.optimizers.OPTIMIZERS
 
 
 def sweep(cases, fast=1):
@@ -44,8 +41,11 @@ def make_net(seed=0):
 
 
 def make_optimizer(name, params, learning_rate=0.1):
-    """The optimizer ``name`` of OPTIMIZERS over ``params``."""
-    return OPTIMIZERS[name](params, learning_rate)
+    """The tools' optimizer ``name`` over ``params``; the Adams take a tenth of the learning rate, adamw decays by 0.1."""
+    if name.startswith("adam"):
+        learning_rate /= 10
+    weight_decay = 0.1 if name == "adamw" else 0.0
+    return training.optimizers.make_optimizer(name, params, learning_rate, weight_decay)
 
 
 def make_data(samples, seed=0):
@@ -261,8 +261,8 @@ def token_large_batch_state(windows, optimizer_name):
 # (1000 by default). ops.split's Python loop nests about 10 calls per piece: it fails at 128 pieces there
 # (docs/mindspore-behaviours.md); Buckets.split nests about 2 per piece sliced, 4 with SplitWithSize (about
 # 290 and 550 of the 1000 at 128). SPLIT_PIECES under SPLIT_DEPTH_LIMIT keep those proportions (ops.split
-# needs about 350 there, Buckets.split about 95 sliced and 155 with SplitWithSize) and compile in a few
-# seconds, where 128 pieces took 25-30 CPU-seconds each.
+# needs about 350 there, Buckets.split about 95 sliced and 155 with SplitWithSize) and compile far faster
+# than 128 pieces.
 SPLIT_PIECES = 32
 SPLIT_DEPTH_LIMIT = 250
 

@@ -34,7 +34,7 @@ def memory_mb():
     """Resident memory, and the bytes glibc's malloc holds in use over every arena (mallinfo2), in MB.
 
     A leak through malloc shows in the second at once; in the first only once
-    the free chunks the compiles left behind are used up (more than 12 MB here).
+    the free chunks the compiles left behind are used up.
     """
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

@@ -366,7 +366,7 @@ def window_counts_run(sizes):
     return states
 
 
-@pytest.mark.slow  # compiles both runs' graphs anew under the patch: 12 CPU-seconds
+@pytest.mark.slow  # compiles both runs' graphs anew under the patch
 def test_a_library_patching_ops_ones_and_zeros_changes_nothing(monkeypatch):
     sizes = [3, 3, 2]
     expected = window_counts_run(sizes)

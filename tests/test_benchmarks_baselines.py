@@ -1,9 +1,8 @@
-"""benchmarks/tutorial.py and benchmarks/floor.py: the two baselines apply SGD to the window's summed gradients."""
+"""benchmarks/tutorial.py: the tutorial's baseline applies SGD to the window's summed gradients."""
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn
 
-from benchmarks.floor import make_floor_step
 from benchmarks.tutorial import TutorialAccumulator
 
 LR = 0.1
@@ -30,36 +29,6 @@ def _expected(net, x, y):
     return w - LR * gw, b - LR * gb
 
 
-def test_floor_step_applies_the_sum_once_and_clears():
-    net, optimizer = _net_and_sgd()
-    x, y = _data(3)
-    want = _expected(net, x, y)
-    grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
-    window_step, buffers = make_floor_step(grad_fn, optimizer)
-    assert int(window_step(Tensor(x), Tensor(y), Tensor(3, ms.int32))) == 3
-    np.testing.assert_allclose(net.weight.asnumpy(), want[0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(net.bias.asnumpy(), want[1], rtol=1e-5, atol=1e-6)
-    assert all(not buffer.asnumpy().any() for buffer in buffers)
-
-
-def test_floor_parts_apply_the_mean_and_skip_a_nonfinite_window():
-    net, optimizer = _net_and_sgd()
-    x, y = _data(2)
-    start = [net.weight.asnumpy().copy(), net.bias.asnumpy().copy()]
-    want = _expected(net, x, y)
-    grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
-    mean_step, _ = make_floor_step(grad_fn, optimizer, mean=True)
-    mean_step(Tensor(x), Tensor(y), Tensor(2, ms.int32))
-    # Half the summed step: the optimizer got the sum divided by the 2 micro-steps.
-    np.testing.assert_allclose(net.bias.asnumpy(), (start[1] + want[1]) / 2, rtol=1e-5, atol=1e-6)
-    check_step, buffers = make_floor_step(grad_fn, optimizer, check=True)
-    after_mean = net.weight.asnumpy().copy()
-    x[1, 0, 0] = np.nan
-    check_step(Tensor(x), Tensor(y), Tensor(2, ms.int32))
-    np.testing.assert_array_equal(net.weight.asnumpy(), after_mean)
-    assert all(not buffer.asnumpy().any() for buffer in buffers)
-
-
 def test_tutorial_accumulator_applies_every_nth_call():
     net, optimizer = _net_and_sgd()
     x, y = _data(2)
@@ -73,3 +42,4 @@ def test_tutorial_accumulator_applies_every_nth_call():
     np.testing.assert_allclose(net.weight.asnumpy(), want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(net.bias.asnumpy(), want[1], rtol=1e-5, atol=1e-6)
     assert all(not buffer.asnumpy().any() for buffer in accumulator.inner_grads)
+

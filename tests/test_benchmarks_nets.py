@@ -1,11 +1,9 @@
 """benchmarks/nets.py: the nets of many tensors the speed targets are measured on."""
-import importlib.util
-
 import mindspore as ms
 import numpy as np
 import pytest
 
-from benchmarks.nets import NETS, mindspore_net, numpy_data, torch_net
+from benchmarks.nets import NETS, mindspore_net, numpy_data
 
 
 @pytest.mark.parametrize("name, tensors", [("mnist", 6), ("deep48", 48), ("deep128", 128)])
@@ -23,15 +21,3 @@ def test_the_language_model_is_the_projects_and_its_loss_is_a_token_mean():
     # Untrained on a 256-token vocabulary: the mean cross-entropy is near log(256).
     loss = float(loss_fn(net, ms.Tensor(inputs), ms.Tensor(targets)))
     assert abs(loss - np.log(256)) < 1.0
-
-
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
-@pytest.mark.parametrize("name", ["deep48", "lm"])
-def test_pytorchs_net_takes_the_same_data(name):
-    import torch
-    spec = dict(NETS[name])
-    net, loss_fn = torch_net(spec)
-    inputs, targets = (torch.from_numpy(a) for a in numpy_data(spec, 2))
-    assert loss_fn(net, inputs, targets).shape == ()
-    if name == "deep48":
-        assert len(list(net.parameters())) == 48

@@ -339,7 +339,7 @@ def micro_step_epoch(dynamic):
     return weights(net), compiles, {inputs.shape[1] for inputs, _ in batches}
 
 
-@pytest.mark.slow  # two epochs compiling every bucket's graph: 15 CPU-seconds, the fast path's longest test
+@pytest.mark.slow  # two epochs compiling every bucket's graph
 def test_bucketed_lengths_compile_once_per_bucket_and_dynamic_shapes_once():
     bucketed, bucketed_compiles, widths = micro_step_epoch(dynamic=False)
     dynamic, dynamic_compiles, _ = micro_step_epoch(dynamic=True)

@@ -100,7 +100,7 @@ def checkpoint(path):
     return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if not isinstance(value, str)}
 
 
-@pytest.mark.slow  # end to end: three runs of the tool (24 CPU-seconds)
+@pytest.mark.slow  # end to end: three runs of the tool
 def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, capsys, small_synthetic):
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
               "--optimizer", "adamw", "--accumulate-step", "auto", *TINY[:-4]]
@@ -220,7 +220,7 @@ def test_resume_help_names_every_flag_a_resume_refuses_to_change(monkeypatch):
         assert f"--{name}," in resume_help, name
 
 
-@pytest.mark.slow  # end to end: the tool's window step, check and logs (26 CPU-seconds)
+@pytest.mark.slow  # end to end: the tool's window step, check and logs
 def test_window_step_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
     summary = train_lm.main(["--synthetic", "--epochs", "2", "--window-step", "--check", "--track-noise",
                              "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),

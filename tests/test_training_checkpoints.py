@@ -124,8 +124,8 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
             line = process.stdout.readline()
             assert line, "the worker ended before its second save"
             saves += line.startswith("saving")
-        # Kill at a random moment once the write has begun (a save takes 10-50 ms here;
-        # a fixed delay after "saving" missed the write under some loads).
+        # Kill at a random moment once the write has begun (a fixed delay after "saving" missed the
+        # write under some loads).
         while not temporaries() - stale:
             assert process.poll() is None, "the worker ended during its save"
             time.sleep(0.001)
@@ -151,7 +151,7 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
         np.testing.assert_array_equal(as_array(resumed[name]), as_array(expected[name]), err_msg=name)
 
 
-@pytest.mark.slow  # three runs of the tool, two epochs each (about 35 CPU-seconds)
+@pytest.mark.slow  # three runs of the tool, two epochs each
 def test_a_run_whose_optimizer_follows_n_resumes_exactly(synthetic_mnist_dir, tmp_path, train_mnist_run, capsys):
     # AdaScale: the gain's state (the schedule position, the factor the lr holds) must come back with the noise's.
     flags = dict(batch_size=20, accumulate_step="auto", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end

@@ -26,7 +26,7 @@ from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem
 from data.tokens import PAD, pad_batch, token_count, window_batches
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
-from training.outputs import check_writable, claim_for_synthetic
+from training.outputs import check_writable, claim_for_synthetic, is_synthetic
 from training.records import noise_suffix
 from training.task import Task
 
@@ -276,7 +276,7 @@ def lm_task(corpus_path, loss="token-sum", width=64, depth=2, heads=4, max_lengt
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
     with open(corpus_path, "rb") as f:
         train, validation = split_corpus(split_samples(encode(f.read()), max_length))
-    label = "synthetic text" if is_synthetic(os.path.dirname(corpus_path) or ".") else "text"
+    label = "synthetic text" if is_synthetic(os.path.dirname(corpus_path) or ".", SYNTHETIC_MARKER) else "text"
     mean = loss == "micro-batch-mean"
     epoch_tokens = _targets(train)
     layout = {}  # the last epoch's windows' slots and tokens (lm_windows), for its padding
@@ -386,16 +386,6 @@ def generate(net, prompt=PROMPT, tokens=SAMPLE_TOKENS, temperature=SAMPLE_TEMPER
     return decode(context)
 
 
-def is_synthetic(data_dir):
-    """True if ``data_dir`` holds the text written by ``--synthetic`` (it has ``SYNTHETIC_MARKER``).
-
-    Example:
-        >>> is_synthetic(DEFAULT_TEXT_DIR)
-        False
-    """
-    return os.path.isfile(os.path.join(data_dir, SYNTHETIC_MARKER))
-
-
 def _synthetic(folder):
     path = os.path.join(folder, CORPUS_FILE)
     held = f"{path}, which --synthetic did not write" if os.path.exists(path) else None
@@ -437,7 +427,7 @@ def prepare_text(data_dir, synthetic, url, stack):
     if synthetic:
         return _synthetic(data_dir or stack.enter_context(tempfile.TemporaryDirectory(prefix="text_synthetic_")))
     folder = data_dir or DEFAULT_TEXT_DIR
-    if is_synthetic(folder):
+    if is_synthetic(folder, SYNTHETIC_MARKER):
         raise TrainingError(f"{folder} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
                             f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
     if corpus_problem(os.path.join(folder, CORPUS_FILE)):  # to be downloaded into

@@ -1,7 +1,6 @@
 """``scripts/train_lm.py``'s command line: its flags, read into ``(TrainConfig, tool flags)``.
 
-The script is its front end; ``benchmarks/compile_times.py`` reads the same
-flags to build the run it times.
+The script is its front end.
 """
 import argparse
 

@@ -14,7 +14,7 @@ from data.mnist import (DEFAULT_DATA_DIR, MnistUnavailableError, ensure_mnist, l
                         mnist_batches, mnist_windows)
 from models.mnist import MnistDenseNet, mnist_loss
 from training.errors import TrainingError
-from training.outputs import check_writable, claim_for_synthetic
+from training.outputs import check_writable, claim_for_synthetic, is_synthetic
 from training.task import Task
 
 # A tenth of MNIST: enough updates at the default settings to pass 95% in two epochs.
@@ -23,16 +23,6 @@ SYNTHETIC_DATA_SEED = 0
 # Written into a folder before --synthetic fills it, so that every later run can tell the
 # look-alike from MNIST, even in a folder whose writing was cut short.
 SYNTHETIC_MARKER = "SYNTHETIC_NOT_MNIST.txt"
-
-
-def is_synthetic(data_dir):
-    """True if ``data_dir`` holds the look-alike written by ``--synthetic`` (it has ``SYNTHETIC_MARKER``).
-
-    Example:
-        >>> is_synthetic(DEFAULT_DATA_DIR)
-        False
-    """
-    return os.path.isfile(os.path.join(data_dir, SYNTHETIC_MARKER))
 
 
 def mnist_task(data_dir):
@@ -53,8 +43,9 @@ def mnist_task(data_dir):
     sizes = validate_mnist_dir(data_dir)
     train = load_mnist_split(os.path.join(data_dir, "train"))
     test = load_mnist_split(os.path.join(data_dir, "test"))
+    name = "synthetic MNIST look-alike" if is_synthetic(data_dir, SYNTHETIC_MARKER) else "MNIST"
     return Task(
-        description=f"{'synthetic MNIST look-alike' if is_synthetic(data_dir) else 'MNIST'} from {data_dir}: "
+        description=f"{name} from {data_dir}: "
                     f"{sizes['train']} train / {sizes['test']} test samples",
         train_samples=sizes["train"],
         make_net=MnistDenseNet,
@@ -75,7 +66,7 @@ def _local_problem(data_dir):
 
 
 def _downloaded(data_dir, url):
-    if is_synthetic(data_dir):
+    if is_synthetic(data_dir, SYNTHETIC_MARKER):
         raise TrainingError(f"{data_dir} holds the synthetic look-alike that --synthetic wrote, not MNIST "
                             f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
     local_problem = _local_problem(data_dir)

@@ -51,6 +51,21 @@ def check_writable(flag, path, folder=False):
         raise TrainingError(f"{flag} {path}: cannot create a file in {nearest} ({error.strerror})") from None
 
 
+def is_synthetic(data_dir, marker):
+    """True if ``data_dir`` holds what ``--synthetic`` wrote: ``claim_for_synthetic`` left ``marker`` there.
+
+    Example:
+        >>> import tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> is_synthetic(folder, "SYNTHETIC.txt")
+        False
+        >>> claim_for_synthetic(folder, "MNIST_Data", "real MNIST", None, "SYNTHETIC.txt", "not MNIST")
+        >>> is_synthetic(folder, "SYNTHETIC.txt")
+        True
+    """
+    return os.path.isfile(os.path.join(data_dir, marker))
+
+
 def claim_for_synthetic(folder, real_folder, real_name, held, marker, note):
     """Lets ``--synthetic`` write into ``--data-dir`` ``folder``: checks it, then marks it with ``marker``.
 
@@ -77,7 +92,7 @@ def claim_for_synthetic(folder, real_folder, real_name, held, marker, note):
     if os.path.realpath(folder) == os.path.realpath(real_folder):
         raise TrainingError(f"{refusal}: {real_name} is downloaded there; choose another folder, or leave out "
                             "--data-dir for a temporary one")
-    if os.path.isfile(os.path.join(folder, marker)):
+    if is_synthetic(folder, marker):
         return
     if held:
         raise TrainingError(f"{refusal}: it holds {held}; choose another folder")
