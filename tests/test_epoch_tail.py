@@ -10,8 +10,8 @@ from training.loop import build_run, train_epoch
 from training.mnist import mnist_task
 
 
-def _trained(data_dir, window_step, compiled_tail):
-    config = configure_context(TrainConfig(batch_size=32, accumulate_step=4, lr=0.1, window_step=window_step))
+def _trained(data_dir, driver, compiled_tail):
+    config = configure_context(TrainConfig(batch_size=32, accumulate_step=4, lr=0.1, driver=driver))
     task = mnist_task(data_dir)
     run = build_run(config, task)
     if compiled_tail:  # the reference: every shape through a compiled graph
@@ -21,11 +21,11 @@ def _trained(data_dir, window_step, compiled_tail):
     return stats, run
 
 
-@pytest.mark.parametrize("window_step", sweep([False, True]))
-def test_the_op_by_op_tail_trains_like_a_compiled_one(synthetic_mnist_dir, window_step):
+@pytest.mark.parametrize("driver", sweep(["host", "in-graph", "window"]))
+def test_the_op_by_op_tail_trains_like_a_compiled_one(synthetic_mnist_dir, driver):
     # 200 samples in batches of 32, windows of 4: (32 x 4), then (32, 32, 8): a short batch in a short window.
-    stats, run = _trained(synthetic_mnist_dir, window_step, compiled_tail=False)
-    reference_stats, reference = _trained(synthetic_mnist_dir, window_step, compiled_tail=True)
+    stats, run = _trained(synthetic_mnist_dir, driver, compiled_tail=False)
+    reference_stats, reference = _trained(synthetic_mnist_dir, driver, compiled_tail=True)
     assert [s["samples"] for s in stats] == [200, 200]
     assert int(run.accumulator.update_count) == int(reference.accumulator.update_count) == 4
     assert int(run.accumulator.micro_step) == 0

@@ -55,7 +55,8 @@ def test_help_explains_every_flag():
     help_text = train_mnist.build_parser().format_help()
     for flag in ("--device-target", "--mode", "--batch-size", "--accumulate-step", "--epochs", "--lr",
                  "--optimizer", "--data-dir", "--synthetic", "--seed", "--shuffle", "--no-shuffle",
-                 "--drop-last", "--ckpt-dir", "--keep-checkpoints", "--resume", "--overwrite", "--log-json", "--plot"):
+                 "--drop-last", "--ckpt-dir", "--keep-checkpoints", "--resume", "--overwrite", "--log-json", "--plot",
+                 "--driver", "--window-step"):
         assert flag in help_text
     assert "{CPU,GPU,Ascend}" in help_text and "{sgd,momentum,adam}" in help_text
     assert "--mnist-url" not in help_text  # hidden: tests and mirrors only
@@ -67,12 +68,13 @@ def test_help_explains_every_flag():
     (["--device-target", "TPU"], "argument --device-target: unknown device 'TPU': choose CPU, GPU or Ascend"),
     (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
     (["--accumulate-step", "auto", "--window-step"],
-     "--accumulate-step auto changes N between windows; --window-step needs a fixed N"),
+     "--accumulate-step auto changes N between windows; --driver window needs a fixed N"),
     (["--update-cost", "1.5"], "--update-cost sets how the adaptive window chooses N, got --accumulate-step 2: pass "
                                "--accumulate-step auto"),
     (["--accumulate-step", "auto", "--update-cost", "-1"], "argument --update-cost: must be a positive finite number, "
                                                            "got -1"),
     (["--keep-checkpoints", "3"], "--keep-checkpoints 3 needs a --ckpt-dir"),
+    (["--driver", "fastest"], "argument --driver: unknown value 'fastest': choose auto, in-graph, host, window"),
     (["--scale-rule", "cubic"], "argument --scale-rule: unknown value 'cubic': choose none, linear, sqrt, adascale"),
     (["--scale-rule", "sqrt"], "--scale-rule sqrt sets Adam's betas, which only --optimizer adamw keeps where it can "
                                "(docs/scale-rules.md), got --optimizer sgd"),
@@ -148,10 +150,12 @@ def test_learns_synthetic_data_logs_json_and_refuses_an_inexact_resume(tmp_path,
     assert summary["effective_batch_size"] == 64
     assert summary["updates"] == 2 * -(-6000 // 64)
     assert "epoch 2/2: train loss" in out and "best test accuracy" in out and "effective batch 64 (32 x 2)" in out
+    assert "; driver in-graph (6 parameter tensors, at most 8)\n" in out  # --driver auto's pick, said once
 
     logged = json.loads(log.read_text())
     assert logged["summary"] == pytest.approx(summary)
     assert logged["config"]["batch_size"] == 32 and logged["config"]["accumulate_step"] == 2
+    assert logged["config"]["driver"] == "in-graph"
     assert logged["data"].startswith("synthetic MNIST look-alike from ")
     assert [record["epoch"] for record in logged["epochs"]] == [1, 2]
     for record in logged["epochs"]:

@@ -53,15 +53,16 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_ru
 
 
 @pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
-def test_window_step_trains_like_the_per_micro_step_loop(synthetic_mnist_dir, train_mnist_run, accumulate_step):
+def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnist_run, accumulate_step):
     # 200 samples in 32-batches: the last window is short and its last batch holds 8.
     common = dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step)
-    per_micro_step, expected = train_mnist_run(synthetic_mnist_dir, **common)
-    window, actual = train_mnist_run(synthetic_mnist_dir, **common, window_step=True)
-    assert window["updates"] == per_micro_step["updates"]
-    assert window["final_train_loss"] == pytest.approx(per_micro_step["final_train_loss"], rel=1e-5)
-    for name, value in expected.items():
-        np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    in_graph, expected = train_mnist_run(synthetic_mnist_dir, **common, driver="in-graph")
+    for driver in ("host", "window"):
+        summary, actual = train_mnist_run(synthetic_mnist_dir, **common, driver=driver)
+        assert summary["updates"] == in_graph["updates"], driver
+        assert summary["final_train_loss"] == pytest.approx(in_graph["final_train_loss"], rel=1e-5), driver
+        for name, value in expected.items():
+            np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{driver}: {name}")
 
 
 def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir, train_mnist_run):
@@ -158,7 +159,7 @@ def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_
 
 
 def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_state_and_never_applies_itself():
-    config = configure_context(TrainConfig(batch_size=2, accumulate_step=2, track_noise=True))
+    config = configure_context(TrainConfig(batch_size=2, accumulate_step=2, track_noise=True, driver="host"))
     run = build_run(config, toy_task())
     state = [p.asnumpy().copy() for p in list(run.net.get_parameters()) + run.accumulator.state_parameters()]
     assert compile_train_step(run, toy_task(), config, epoch=1) > 0
@@ -169,7 +170,7 @@ def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_sta
         run.micro_step(inputs, labels, ms.Tensor(2.0), ms.Tensor(last))
     assert (int(run.accumulator.micro_step), int(run.accumulator.update_count)) == (3, 0)
     # With the window step (its own compiled loop) only the update a partial window takes compiles ahead.
-    whole_windows = replace(config, window_step=True)
+    whole_windows = replace(config, driver="window")
     assert compile_train_step(build_run(whole_windows, toy_task()), toy_task(), whole_windows, epoch=1) > 0
     pynative = replace(config, mode="pynative")
     assert compile_train_step(build_run(pynative, toy_task()), toy_task(), pynative, epoch=1) is None

@@ -98,14 +98,14 @@ _FIELD = re.compile(r"\b([a-z][a-z0-9_]*)(?:=('[^']*'|[^\s,;:]+))?")
 def in_flags(message, fields):
     """``message`` (a config's ``ValueError``) with each of ``fields`` written as the flag that sets it.
 
-    ``window_step=True`` becomes ``--window-step``, ``accumulate_step='auto'``
+    ``check=True`` becomes ``--check``, ``accumulate_step='auto'``
     becomes ``--accumulate-step auto``, a bare ``ckpt_dir`` ``--ckpt-dir``;
     other words, and one-word field names without a value, stay as they are.
 
     Example:
-        >>> in_flags("accumulate_step='auto' changes N; window_step=True needs a fixed N",
-        ...          ("accumulate_step", "window_step"))
-        '--accumulate-step auto changes N; --window-step needs a fixed N'
+        >>> in_flags("accumulate_step='auto' changes N; driver='window' needs a fixed N; track_noise=True",
+        ...          ("accumulate_step", "driver", "track_noise"))
+        '--accumulate-step auto changes N; --driver window needs a fixed N; --track-noise'
     """
     def spell(match):
         name, value = match.groups()

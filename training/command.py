@@ -14,7 +14,7 @@ import time
 
 from training.arguments import device_target, flag, in_flags, non_negative_int, one_of, positive_float, positive_int
 from training.checkpoints import resume_hint
-from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, RESUME_FIELDS, SCALE_RULES, TrainConfig
+from training.config import AUTO, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, RESUME_FIELDS, SCALE_RULES, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.interrupts import Interrupted, signals_raise_interrupted
@@ -67,10 +67,14 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                           "pynative: run them op by op (slow, but print() and pdb work inside); default %(default)s")
     run.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
                      help="seeds the initial weights; epoch e is shuffled with seed + e (default %(default)s)")
-    run.add_argument("--window-step", action="store_true",
-                     help="run each whole window (forward, backward and update of --accumulate-step "
-                          "micro-batches) in one compiled call with an in-graph loop: less host overhead "
-                          "per micro-step, same memory, same result")
+    run.add_argument("--driver", type=one_of(*DRIVERS), default="auto", metavar="{" + ",".join(DRIVERS) + "}",
+                     help="how windows are driven, all to the same weights: in-graph (the accumulator called in "
+                          "the compiled step), host (the compiled step only adds, step() applies from the host), "
+                          "window (one compiled call per window, an in-graph loop); auto: in-graph for nets of at "
+                          f"most {IN_GRAPH_TENSORS} parameter tensors, else host; docs/performance.md (default "
+                          "%(default)s)")
+    run.add_argument("--window-step", dest="driver", action="store_const", const="window",
+                     help="the same as --driver window")
     run.add_argument("--distributed", action="store_true",
                      help="data parallel under msrun: each rank trains on its shard, gradients are summed "
                           "across ranks once per window; only rank 0 prints and writes files")

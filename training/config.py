@@ -19,6 +19,11 @@ DEVICES = ("CPU", "GPU", "Ascend")
 AUTO = "auto"
 AUTO_STEPS = (2, 64)
 MODES = ("graph", "pynative")
+# How a window is driven (docs/performance.md#which-driver): "auto" picks in-graph or host by the net's tensors.
+DRIVERS = ("auto", "in-graph", "host", "window")
+# "auto" runs the in-graph call for nets of at most this many parameter tensors, the host step above it:
+# the window's branch costs more with every tensor that crosses it (docs/performance.md#which-driver).
+IN_GRAPH_TENSORS = 8
 # How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
@@ -53,7 +58,8 @@ class TrainConfig:
     with ``"auto"`` only: an update's seconds over a micro-step's, and N is
     then the window fastest in seconds (``NoiseScaleSchedule``); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
-    equivalence self-check before training. ``tool_settings`` holds a tool's
+    equivalence self-check before training; ``driver`` how windows are driven (``DRIVERS``:
+    ``"auto"`` becomes the one ``training.loop.choose_driver`` picks for the net). ``tool_settings`` holds a tool's
     own flags that define its run (``{"width": 64}`` for ``--width 64``):
     checkpoints record them and a resumed run must repeat them, as it must
     ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
@@ -71,7 +77,7 @@ class TrainConfig:
     device_target: str = "CPU"
     mode: str = "graph"
     seed: int = 0
-    window_step: bool = False
+    driver: str = "auto"
     distributed: bool = False
     # How it trains: the "training" flags.
     batch_size: int = 32
@@ -100,6 +106,7 @@ class TrainConfig:
     def __post_init__(self):
         _one_of(self.device_target, "device_target", DEVICES)
         _one_of(self.mode, "mode", MODES)
+        _one_of(self.driver, "driver", DRIVERS)
         _one_of(self.optimizer, "optimizer", OPTIMIZERS)
         _one_of(self.scale_rule, "scale_rule", SCALE_RULES)
         if self.scale_rule == "sqrt" and self.optimizer != "adamw":
@@ -110,8 +117,8 @@ class TrainConfig:
             positive_int(getattr(self, name), name)
         if self.accumulate_step != AUTO:
             positive_int(self.accumulate_step, "accumulate_step")
-        elif self.window_step:
-            raise ValueError("accumulate_step='auto' changes N between windows; window_step=True needs a fixed N")
+        elif self.driver == "window":
+            raise ValueError("accumulate_step='auto' changes N between windows; driver='window' needs a fixed N")
         if self.update_cost is not None:
             if isinstance(self.update_cost, bool) or not isinstance(self.update_cost, numbers.Real) \
                     or not 0 < self.update_cost < math.inf:
@@ -119,7 +126,7 @@ class TrainConfig:
             if self.accumulate_step != AUTO:
                 raise ValueError(f"update_cost sets how the adaptive window chooses N, got accumulate_step="
                                  f"{self.accumulate_step!r}: pass accumulate_step='auto'")
-        for name in ("window_step", "distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
+        for name in ("distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
                      "check"):
             boolean(getattr(self, name), name)
         if isinstance(self.lr, bool) or not isinstance(self.lr, numbers.Real) or not math.isfinite(self.lr) \

@@ -5,6 +5,7 @@ are its parts, for callers that drive their own loop. What is trained comes
 from a ``training.task.Task``; checkpoints and records have their own modules.
 """
 import contextlib
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from tqdm import tqdm
 
 from accumulator import Accumulator, NoiseScaleSchedule, ScaleRule, WindowAllReduce, check_equivalence, make_window_step
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
-from training.config import AUTO, AUTO_STEPS
+from training.config import AUTO, AUTO_STEPS, IN_GRAPH_TENSORS
 from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
@@ -31,13 +32,17 @@ EVAL_BATCH_SIZE = 1000
 class Run:
     """Everything one training run holds: the objects and their (compiled) steps.
 
-    ``train_step(inputs, labels, count) -> summed loss`` adds one micro-batch
-    and its count (a float32 Tensor, ``Task.count``) to the accumulator
-    and updates the weights when its window is full: in graph mode the
-    compiled ``micro_step`` (``MicroStep``) adds, and the host applies full
-    windows with ``Accumulator.step()``;
-    ``flush() -> bool`` applies a partial window (in graph mode by
-    ``step(flush=True)``, the full windows' compiled call); ``eval_step(inputs,
+    ``driver`` is how windows are driven (``training.config.DRIVERS``, never
+    ``"auto"``: ``choose_driver``'s pick). ``train_step(inputs, labels, count)
+    -> summed loss`` adds one micro-batch and its count (a float32 Tensor,
+    ``Task.count``) to the accumulator and updates the weights when its
+    window is full: in graph mode the compiled ``micro_step``, a
+    ``MicroStep`` whose accumulator applies the window in the same graph
+    (driver ``"in-graph"``), or a ``HostMicroStep`` that only adds while
+    ``Accumulator.step()`` applies full windows from the host (``"host"``
+    and ``"window"``); ``flush() -> bool`` applies a partial window (in graph
+    mode by a compiled call); ``compile_window()`` compiles the calls that
+    apply windows without running them (None in PyNative mode); ``eval_step(inputs,
     labels) -> (summed loss, correct count)``; ``window_step(micro_batches,
     counts) -> (summed loss, updated)`` is set when the config asks for it;
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
@@ -52,9 +57,10 @@ class Run:
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
         >>> run = build_run(TrainConfig(mode="pynative"), toy_task())
-        >>> run.window_step is None
-        True
+        >>> run.driver, run.window_step is None
+        ('in-graph', True)
     """
+    driver: str
     net: nn.Cell
     optimizer: nn.Cell
     accumulator: Accumulator
@@ -66,15 +72,16 @@ class Run:
     eager_step: Optional[Callable] = None
     lr_scheduler: Optional[object] = None
     micro_step: Optional[nn.Cell] = None
+    compile_window: Optional[Callable] = None
     scale_rule: Optional[ScaleRule] = None
 
 
 class MicroStep(nn.Cell):
-    """One micro-batch's gradient added to the accumulator's window, never applied: ``(inputs, labels, count, last)``.
+    """The host driver's step: a micro-batch's gradient added to the window, never applied: ``(inputs, labels, count, last)``.
 
     No window's ``if`` in its graph, which would cost every call;
     ``Accumulator.step()`` applies full windows from the host
-    (docs/language-model-tool.md, Speed). ``last`` is ``accumulate``'s:
+    (docs/performance.md#which-driver). ``last`` is ``accumulate``'s:
     None, or with ``track_noise=True`` a bool Tensor (``_last``). A Cell, so
     ``compile`` compiles it without running it.
 
@@ -106,6 +113,70 @@ class MicroStep(nn.Cell):
         loss_sum, grads = self.grad_fn(inputs, labels)
         self.accumulator.accumulate(grads, count, last)
         return loss_sum
+
+
+class InGraphStep(nn.Cell):
+    """The in-graph driver's step: a micro-batch's gradient added, its window applied when full: ``(inputs, labels, count)``.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import Tensor
+        >>> net = nn.Dense(3, 1)
+        >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
+        >>> def make_step(net, accumulator):
+        ...     def forward(x, y):
+        ...         return ((net(x) - y) ** 2).sum()
+        ...     return InGraphStep(ms.value_and_grad(forward, None, accumulator.optimizer.parameters), accumulator)
+        >>> step = make_step(net, accumulator)
+        >>> x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.zeros((4, 1), np.float32))
+        >>> _ = [step(x, y, Tensor(4.0)) for _ in range(3)]
+        >>> int(accumulator.update_count), int(accumulator.micro_step)
+        (1, 1)
+    """
+
+    def __init__(self, grad_fn, accumulator):
+        super().__init__(auto_prefix=False)
+        self.grad_fn = grad_fn
+        self.accumulator = accumulator
+
+    def construct(self, inputs, labels, count):
+        loss_sum, grads = self.grad_fn(inputs, labels)
+        self.accumulator(grads, count)
+        return loss_sum
+
+
+class _Flush(nn.Cell):
+    """``Accumulator.flush`` as a Cell: compiled ahead like the steps (``compile_train_step``)."""
+
+    def __init__(self, accumulator):
+        super().__init__(auto_prefix=False)
+        self.accumulator = accumulator
+
+    def construct(self):
+        return self.accumulator.flush()
+
+
+def choose_driver(config, optimizer):
+    """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
+
+    ``"auto"`` is ``"in-graph"`` for an optimizer of at most
+    ``IN_GRAPH_TENSORS`` parameter tensors and ``"host"`` above; PyNative
+    mode runs op by op, where only the in-graph call adds and applies in
+    one step (docs/performance.md#which-driver).
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> small, large = nn.Dense(3, 1), nn.SequentialCell([nn.Dense(3, 3) for _ in range(8)])
+        >>> [choose_driver(TrainConfig(), nn.SGD(n.trainable_params(), 0.1)) for n in (small, large)]
+        ['in-graph', 'host']
+        >>> choose_driver(TrainConfig(driver="window"), nn.SGD(small.trainable_params(), 0.1))
+        'window'
+    """
+    if config.driver != "auto":
+        return config.driver
+    if config.mode != "graph" or len(optimizer.parameters) <= IN_GRAPH_TENSORS:
+        return "in-graph"
+    return "host"
 
 
 def build_run(config, task):
@@ -164,17 +235,23 @@ def build_run(config, task):
         logits = net(inputs)
         return loss_fn(logits, labels), task.correct(logits, labels)
 
+    driver = choose_driver(config, optimizer)
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
-    window_step = finishing(make_window_step(grad_fn, accumulator)) if config.window_step else None
+    window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == "window" else None
+    parts = dict(driver=driver, net=net, optimizer=optimizer, accumulator=accumulator, grad_fn=grad_fn,
+                 window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule)
     if config.mode != "graph":
-        return Run(net, optimizer, accumulator, train_step, flush, eval_step, grad_fn, window_step,
-                   eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule)
-    micro_step = MicroStep(grad_fn, accumulator)
+        return Run(train_step=train_step, flush=flush, eval_step=eval_step, **parts)
     # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
-    return Run(net, optimizer, accumulator, finishing(_applied_on_the_host(micro_step, accumulator)),
-               finishing(functools.partial(accumulator.step, flush=True)), finishing(ms.jit(eval_step)), grad_fn,
-               window_step, eager_step=train_step, lr_scheduler=lr_scheduler, micro_step=micro_step,
-               scale_rule=scale_rule)
+    eval_step = finishing(ms.jit(eval_step))
+    if driver == "in-graph":
+        micro_step, flush = InGraphStep(grad_fn, accumulator), _Flush(accumulator)
+        return Run(train_step=finishing(micro_step), flush=finishing(flush), eval_step=eval_step,
+                   micro_step=micro_step, compile_window=flush.compile, **parts)
+    micro_step = MicroStep(grad_fn, accumulator)
+    return Run(train_step=finishing(_applied_on_the_host(micro_step, accumulator)),
+               flush=finishing(functools.partial(accumulator.step, flush=True)), eval_step=eval_step,
+               micro_step=micro_step, compile_window=accumulator.host.compile, **parts)
 
 
 def _last(accumulator):
@@ -217,15 +294,16 @@ def compile_train_step(run, task, config, epoch):
         >>> compile_train_step(run, toy_task(), TrainConfig(batch_size=4), epoch=1) > 0, int(run.accumulator.micro_step)
         (True, 0)
     """
-    if run.micro_step is None:
+    if run.compile_window is None:
         return None
     started = time.perf_counter()
     with deferred():
-        run.accumulator.host.compile()
+        run.compile_window()
         inputs, labels = next(iter(epoch_windows(config, task, epoch)))[0]
         if run.window_step is None and labels.shape[0] == config.batch_size:
             count = ms.Tensor(task.count(labels), ms.float32)
-            run.micro_step.compile(inputs, labels, count, _last(run.accumulator))
+            extra = () if run.driver == "in-graph" else (_last(run.accumulator),)
+            run.micro_step.compile(inputs, labels, count, *extra)
     return time.perf_counter() - started
 
 
@@ -430,6 +508,15 @@ def check_trainable(config, task):
         raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: {where}")
 
 
+def _driver_description(run, config):
+    """How the first line names the driver: with ``--driver auto``, why it was chosen."""
+    if config.driver != "auto" or config.mode != "graph":
+        return f"driver {run.driver}"
+    tensors = len(run.optimizer.parameters)
+    bound = "at most" if run.driver == "in-graph" else "more than"
+    return f"driver {run.driver} ({tensors} parameter tensors, {bound} {IN_GRAPH_TENSORS})"
+
+
 def _quiet(*_):
     pass
 
@@ -450,7 +537,7 @@ def train(config, task, progress=True):
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
         >>> summary, run = train(TrainConfig(mode="pynative", epochs=1, batch_size=4), toy_task(), progress=False)
-        toy: 8 train / 8 test samples; batch 4 x 2 = effective 8; sgd lr 0.01; pynative mode on CPU
+        toy: 8 train / 8 test samples; batch 4 x 2 = effective 8; sgd lr 0.01; pynative mode on CPU; driver in-graph
         epoch 1/1: train loss ...
         best test accuracy ...; effective batch 8 (4 x 2), 1 updates
         >>> summary["updates"]
@@ -461,8 +548,8 @@ def train(config, task, progress=True):
     run = build_run(config, task)  # before anything is printed or removed: a refused --scale-rule changes nothing
     rule = "" if config.scale_rule == "none" else f" for one micro-batch, following N by the {config.scale_rule} rule"
     say(f"{task.description}; batch {config.batch_description()}; {config.optimizer} lr {config.lr:g}{rule}; "
-        f"{config.mode} mode on {config.device_target}"
-        + ("; one compiled call per window" if config.window_step else ""))
+        f"{config.mode} mode on {config.device_target}; {_driver_description(run, config)}")
+    config = dataclasses.replace(config, driver=run.driver)  # the logs say which driver ran
     if config.overwrite and config.main_rank:
         clear_checkpoints(config.ckpt_dir)
     if config.check:

@@ -121,7 +121,8 @@ def write_json_log(path, config, data, history, summary=None):
         >>> logged["config"]["batch_size"], logged["data"]
         (32, 'synthetic MNIST look-alike')
     """
-    content = {"config": {**config.resume_settings(), "device_target": config.device_target, "mode": config.mode},
+    content = {"config": {**config.resume_settings(), "device_target": config.device_target, "mode": config.mode,
+                          "driver": config.driver},
                "data": data, "epochs": history, "summary": summary}
 
     def write(temporary):
