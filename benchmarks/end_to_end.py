@@ -3,16 +3,19 @@
 ``scripts/benchmark.py --end-to-end`` times what ``scripts/train_mnist.py``
 runs, through the ``training`` API (``build_run`` and ``train_epoch``, the
 progress bar included), on the same data (the ``--synthetic`` set unless
-``--data-dir`` names MNIST). One worker process per step kind trains one run
-and alternates, epoch by epoch, between:
+``--data-dir`` names MNIST). One worker process per tool alternates, epoch
+by epoch, between:
 
-* ``tool``: ``train_epoch``, its data read by ``data.mnist`` from memory;
-* ``ceiling``: the same compiled step called on an epoch of Tensors built
-  beforehand (the same windows, the short last one included, stepped by
-  ``training.loop.train_on_windows`` as the tool steps them): what the
-  tool would reach if reading data and its progress bar cost nothing.
+* ``tool``: ``train_epoch`` with the driver the tool picks (``--driver auto``),
+  its data read by ``data.mnist`` from memory;
+* one ceiling per driver (``in-graph``, ``host``, ``window``): that driver's
+  compiled steps called on an epoch of Tensors built beforehand (the same
+  windows, the short last one included, stepped by
+  ``training.loop.train_on_windows`` as the tool steps them): what the tool
+  would reach with that driver if reading data and its progress bar cost
+  nothing. The tool is compared with the fastest of them.
 
-An ``lm`` worker does the same for ``scripts/train_lm.py``: its task
+The ``mnist`` worker runs ``scripts/train_mnist.py``'s task; the ``lm`` worker ``scripts/train_lm.py``'s: its task
 (``training.lm.lm_task``, on the ``--synthetic`` text, its rows packed as
 the tool packs them by default) against its step on the same windows built
 beforehand, in tokens/s: every worker counts what its task counts
@@ -32,15 +35,17 @@ from benchmarks.report import finish, ruled
 from benchmarks.runner import run_module
 from benchmarks.worker import RESULT_PREFIX
 
-# Which step each worker runs: the per-micro-step loop, --window-step, the language-model tool.
-STEPS = ("micro", "window", "lm")
-STEP_NAMES = {"micro": "per-micro-step", "window": "window step", "lm": "LM, tokens/s"}
-PIPELINES = {"tool": "training tool (data in memory)", "ceiling": "its step on Tensors in memory"}
+# Which tool each worker runs.
+STEPS = ("mnist", "lm")
+STEP_NAMES = {"mnist": "MNIST", "lm": "LM, tokens/s"}
+DRIVERS = ("in-graph", "host", "window")
+PIPELINES = {"tool": "training tool (data in memory)",
+             **{driver: f"{driver} driver on Tensors in memory" for driver in DRIVERS}}
 
 
 def make_specs(batch, accumulate, epochs, data_dir=None, device_target="CPU", text_bytes=None, max_length=None,
                steps=STEPS):
-    """One spec per worker of ``steps``: per-micro-step, window step, the LM.
+    """One spec per worker of ``steps``: the MNIST tool, the LM tool.
 
     ``data_dir`` None: each worker writes the ``--synthetic`` set to a
     temporary folder. The LM's synthetic text has ``text_bytes`` and samples
@@ -49,7 +54,7 @@ def make_specs(batch, accumulate, epochs, data_dir=None, device_target="CPU", te
 
     Example:
         >>> [spec["step"] for spec in make_specs(32, 2, epochs=6)]
-        ['micro', 'window', 'lm']
+        ['mnist', 'lm']
         >>> [spec["step"] for spec in make_specs(8, 4, epochs=3, steps=("lm",))]
         ['lm']
     """
@@ -89,6 +94,7 @@ def _lm_task(spec, folder):
 
 
 def _measure_mindspore(spec, data_dir, progress):
+    import dataclasses
     from training.config import TrainConfig
     from training.context import configure_context
     from training.loop import build_run, train_epoch
@@ -96,8 +102,8 @@ def _measure_mindspore(spec, data_dir, progress):
 
     task, optimizer = _lm_task(spec, data_dir) if spec["step"] == "lm" else (mnist_task(data_dir), "sgd")
     config = configure_context(TrainConfig(batch_size=spec["batch"], accumulate_step=spec["accumulate"],
-                                           epochs=spec["epochs"], window_step=spec["step"] == "window",
-                                           optimizer=optimizer, device_target=spec.get("device_target", "CPU")))
+                                           epochs=spec["epochs"], optimizer=optimizer,
+                                           device_target=spec.get("device_target", "CPU")))
     run = build_run(config, task)
     epoch = iter(range(1, 10 ** 6))
 
@@ -108,21 +114,26 @@ def _measure_mindspore(spec, data_dir, progress):
     first = _timed(variants["tool"])
     windows = list(task.train_windows(config.batch_size, config.accumulate_step, shuffle=True, seed=0,
                                       drop_remainder=False, num_shards=None, shard_id=None))
-    variants["ceiling"] = lambda: _ceiling_epoch(run, windows, config.batch_size, config.accumulate_step, task.count)
+    for driver in DRIVERS:
+        driven = build_run(dataclasses.replace(config, driver=driver), task)
+        _ceiling_epoch(driven, windows, config.batch_size, config.accumulate_step, task.count)  # compiles
+        variants[driver] = (lambda driven: lambda: _ceiling_epoch(driven, windows, config.batch_size,
+                                                                  config.accumulate_step, task.count))(driven)
     epochs = {name: [] for name in variants}
     names = list(variants)
     for index in range(spec["epochs"] - 1):
         # Rotate the order, so that no variant always runs right after another.
         for name in names[index % len(names):] + names[:index % len(names)]:
             epochs[name].append(_timed(variants[name]))
-    return dict(first=first, epochs=epochs)
+    return dict(first=first, driver=run.driver, epochs=epochs)
 
 
 def measure(spec, progress=True):
-    """Runs one worker's epochs; returns ``{"first": {...}, "epochs": {variant: [{seconds, samples}]}}``.
+    """Runs one worker's epochs; returns ``{"first": {...}, "driver", "epochs": {variant: [{seconds, samples}]}}``.
 
-    ``spec`` comes from :func:`make_specs`; the first epoch is apart, then
-    ``epochs - 1`` of each variant. MindSpore's mode and device are set for
+    ``spec`` comes from :func:`make_specs`; the tool's first epoch is apart (each
+    ceiling's first, which compiles, is not timed), then ``epochs - 1`` of each
+    variant; ``driver`` is the tool's pick. MindSpore's mode and device are set for
     the whole process.
 
     Example:
@@ -130,9 +141,9 @@ def measure(spec, progress=True):
         >>> from data.idx import write_synthetic_mnist
         >>> folder = tempfile.mkdtemp()
         >>> _ = write_synthetic_mnist(folder, n_train=64, n_test=16)
-        >>> result = measure(dict(step="micro", batch=16, accumulate=2, epochs=2, data_dir=folder), progress=False)
-        >>> sorted(result["epochs"]), result["epochs"]["tool"][0]["samples"]
-        (['ceiling', 'tool'], 64)
+        >>> result = measure(dict(step="mnist", batch=16, accumulate=2, epochs=2, data_dir=folder), progress=False)
+        >>> list(result["epochs"]), result["driver"], result["epochs"]["host"][0]["samples"]
+        (['tool', 'in-graph', 'host', 'window'], 'in-graph', 64)
     """
     missing = sorted({"step", "batch", "accumulate", "epochs"} - set(spec))
     if missing or spec["step"] not in STEPS:
@@ -160,7 +171,7 @@ def run_end_to_end(specs, repeats, timeout=600, log=None):
         >>> import io
         >>> runs = run_end_to_end([dict(kind="end_to_end", step="nope")], repeats=1, log=io.StringIO())
         >>> runs[0]["error"].splitlines()[-1]
-        "ValueError: an end-to-end spec needs step (one of micro, window, lm), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
+        "ValueError: an end-to-end spec needs step (one of mnist, lm), batch, accumulate and epochs; got {'kind': 'end_to_end', 'step': 'nope'}"
     """
     log = log or sys.stderr
     runs = []
@@ -183,21 +194,22 @@ def _throughput(epochs):
 def end_to_end_rows(runs):
     """Rows per (step, pipeline): steady samples/s (median and fastest epoch) and the first epoch.
 
-    Each tool row gets, against its own step's ceiling in the same
-    workers, ``vs_ceiling`` (median samples/s against median),
-    ``paired_vs_ceiling`` (the median of the ratios of epochs run in the
-    same round, back to back: the least disturbed by load that comes and
-    goes) and ``min_vs_ceiling`` (fastest epoch against fastest epoch). A
-    step whose every run failed gives a row with its ``error``.
+    Each tool row names the driver it ran (``driver``) and the fastest
+    driver on Tensors in the same workers (``ceiling``, by median
+    samples/s), and gets against that one ``vs_ceiling`` (median samples/s
+    against median), ``paired_vs_ceiling`` (the median of the ratios of
+    epochs run in the same round, back to back: the least disturbed by load
+    that comes and goes) and ``min_vs_ceiling`` (fastest epoch against
+    fastest epoch). A step whose every run failed gives a row with its ``error``.
 
     Example:
         >>> epochs = lambda s: [dict(seconds=s, samples=100)] * 3
-        >>> run = dict(step="micro", first=dict(seconds=2.0, samples=100),
-        ...            epochs={"tool": epochs(1.0), "ceiling": epochs(0.9)})
+        >>> run = dict(step="mnist", driver="in-graph", first=dict(seconds=2.0, samples=100),
+        ...            epochs={"tool": epochs(1.0), "in-graph": epochs(0.95), "host": epochs(0.9)})
         >>> rows = end_to_end_rows([run])
-        >>> [(row["pipeline"], round(row["vs_ceiling"], 2), round(row["paired_vs_ceiling"], 2))
+        >>> [(row["driver"], row["ceiling"], round(row["vs_ceiling"], 2), round(row["paired_vs_ceiling"], 2))
         ...  for row in rows if "vs_ceiling" in row]
-        [('tool', 0.9, 0.9)]
+        [('in-graph', 'host', 0.9, 0.9)]
         >>> rows[0]["first_extra_s"]
         1.0
     """
@@ -209,42 +221,43 @@ def end_to_end_rows(runs):
             rows.append(dict(step=step, pipeline="tool", error=ran[-1]["error"]))
         if not ok:
             continue
+        by_pipeline = {}
         for pipeline in ok[0]["epochs"]:
             epochs = [epoch for run in ok for epoch in run["epochs"][pipeline]]
             median, best = _throughput(epochs)
-            row = dict(step=step, pipeline=pipeline, epochs=len(epochs), samples_per_s=median,
-                       best_samples_per_s=best,
-                       epoch_s=statistics.median(epoch["seconds"] for epoch in epochs),
-                       min_epoch_s=min(epoch["seconds"] for epoch in epochs))
-            if pipeline == "tool":
-                # Epoch i of every variant ran in round i of the same worker.
-                row["paired_vs_ceiling"] = statistics.median(
-                    (epoch["samples"] / epoch["seconds"]) / (ceiling["samples"] / ceiling["seconds"])
-                    for run in ok for epoch, ceiling in zip(run["epochs"][pipeline], run["epochs"]["ceiling"]))
-                # The first epoch against the median steady one, per worker.
-                extra = [run["first"]["seconds"] - statistics.median(e["seconds"] for e in run["epochs"][pipeline])
-                         for run in ok]
-                row.update(first_epoch_s=statistics.median(run["first"]["seconds"] for run in ok),
-                           first_extra_s=statistics.median(extra), worst_first_extra_s=max(extra))
-            rows.append(row)
-    by_key = {(row["step"], row["pipeline"]): row for row in rows if "error" not in row}
-    for row in by_key.values():
-        ceiling = by_key.get((row["step"], "ceiling"))
-        if row["pipeline"] == "tool" and ceiling:
-            row["vs_ceiling"] = row["samples_per_s"] / ceiling["samples_per_s"]
-            row["min_vs_ceiling"] = row["best_samples_per_s"] / ceiling["best_samples_per_s"]
+            by_pipeline[pipeline] = dict(step=step, pipeline=pipeline, epochs=len(epochs), samples_per_s=median,
+                                         best_samples_per_s=best,
+                                         epoch_s=statistics.median(epoch["seconds"] for epoch in epochs),
+                                         min_epoch_s=min(epoch["seconds"] for epoch in epochs))
+        tool = by_pipeline["tool"]
+        ceiling = max((name for name in by_pipeline if name != "tool"),
+                      key=lambda name: by_pipeline[name]["samples_per_s"])
+        # Epoch i of every variant ran in round i of the same worker.
+        paired = statistics.median(
+            (epoch["samples"] / epoch["seconds"]) / (other["samples"] / other["seconds"])
+            for run in ok for epoch, other in zip(run["epochs"]["tool"], run["epochs"][ceiling]))
+        # The first epoch against the median steady one, per worker.
+        extra = [run["first"]["seconds"] - statistics.median(e["seconds"] for e in run["epochs"]["tool"])
+                 for run in ok]
+        tool.update(driver=ok[0]["driver"], ceiling=ceiling,
+                    vs_ceiling=tool["samples_per_s"] / by_pipeline[ceiling]["samples_per_s"],
+                    paired_vs_ceiling=paired,
+                    min_vs_ceiling=tool["best_samples_per_s"] / by_pipeline[ceiling]["best_samples_per_s"],
+                    first_epoch_s=statistics.median(run["first"]["seconds"] for run in ok),
+                    first_extra_s=statistics.median(extra), worst_first_extra_s=max(extra))
+        rows.extend(by_pipeline.values())
     return rows
 
 
 def format_end_to_end(rows, title=""):
-    """The end-to-end rows as text: steady samples/s, ratios against the ceiling, the first epoch.
+    """The end-to-end rows as text: steady samples/s, ratios against the fastest driver, the first epoch.
 
     Example:
-        >>> row = dict(step="micro", pipeline="tool", epochs=10, samples_per_s=22000.0, best_samples_per_s=24000.0,
+        >>> row = dict(step="mnist", pipeline="tool", epochs=10, samples_per_s=22000.0, best_samples_per_s=24000.0,
         ...            epoch_s=0.27, min_epoch_s=0.25, vs_ceiling=0.93, paired_vs_ceiling=0.94, min_vs_ceiling=0.95,
-        ...            first_epoch_s=1.4)
+        ...            first_epoch_s=1.4, driver="in-graph", ceiling="host")
         >>> print(format_end_to_end([row]).splitlines()[2])
-        per-micro-step  training tool (data in memory)           0.270   0.250    22000    24000   0.93   0.94   0.95     1.40
+        MNIST           training tool (data in memory)           0.270   0.250    22000    24000   0.93   0.94   0.95     1.40 in-graph vs host
     """
     head = (f"{'step':15} {'pipeline':38} {'epoch s':>7} {'min s':>7} {'samples/s':>8} {'best/s':>8} "
             f"{'x ceil':>6} {'x pair':>6} {'x min':>6} {'first s':>8}")
@@ -256,12 +269,13 @@ def format_end_to_end(rows, title=""):
             continue
         ratio = (f"{row['vs_ceiling']:6.2f} {row['paired_vs_ceiling']:6.2f} {row['min_vs_ceiling']:6.2f}"
                  if "vs_ceiling" in row else " " * 20)
-        first = f"{row['first_epoch_s']:8.2f}" if "first_epoch_s" in row else ""
+        first = f"{row['first_epoch_s']:8.2f} {row['driver']} vs {row['ceiling']}" if "first_epoch_s" in row else ""
         lines.append(f"{label} {row['epoch_s']:7.3f} {row['min_epoch_s']:7.3f} "
                      f"{row['samples_per_s']:8.0f} {row['best_samples_per_s']:8.0f} {ratio} {first}".rstrip())
-    lines.append("epoch s: median steady epoch (the first apart); x ceil: median samples/s against the same "
-                 "step on Tensors in memory, in the same workers; x pair: median ratio of the epochs run back to "
-                 "back; x min: fastest epoch against fastest; first s: the first epoch, compile included.")
+    lines.append("epoch s: median steady epoch (the first apart); x ceil: median samples/s against the fastest "
+                 "driver on Tensors in memory, in the same workers; x pair: median ratio of the epochs run back to "
+                 "back; x min: fastest epoch against fastest; first s: the first epoch, compile included; then the "
+                 "tool's driver vs the fastest.")
     return "\n".join(lines)
 
 
@@ -294,7 +308,7 @@ def main(argv=None):
     Example:
         >>> main(['{"step": "micro"}'])
         Traceback (most recent call last):
-        ValueError: an end-to-end spec needs step (one of micro, window, lm), batch, accumulate and epochs; got {'step': 'micro'}
+        ValueError: an end-to-end spec needs step (one of mnist, lm), batch, accumulate and epochs; got {'step': 'micro'}
     """
     spec = json.loads((sys.argv[1:] if argv is None else argv)[0])
     print(RESULT_PREFIX + json.dumps(measure(spec)), flush=True)

@@ -58,14 +58,14 @@ def plot(rows, best, path):
 
 
 def plot_end_to_end(rows, path, label):
-    """Writes the end-to-end rows as bars of steady samples/s (ceilings in gray) to ``path`` (PNG).
+    """Writes the end-to-end rows as bars of steady samples/s (the drivers on Tensors in gray) to ``path`` (PNG).
 
     ``label(row)`` names a row's bar. Returns False, after a line on stderr,
     when matplotlib is not installed.
 
     Example:
         >>> import os, tempfile
-        >>> rows = [dict(step="micro", pipeline=name, samples_per_s=s) for name, s in (("tool", 9.0), ("ceiling", 10.0))]
+        >>> rows = [dict(step="mnist", pipeline=name, samples_per_s=s) for name, s in (("tool", 9.0), ("host", 10.0))]
         >>> path = os.path.join(tempfile.mkdtemp(), "e2e.png")
         >>> plot_end_to_end(rows, path, lambda row: row["pipeline"]), os.path.getsize(path) > 0
         (True, True)
@@ -76,13 +76,13 @@ def plot_end_to_end(rows, path, label):
     shown = [row for row in rows if "samples_per_s" in row]
     figure, bars = plt.subplots(figsize=(9, 0.45 * len(shown) + 1.5))
     bars.barh(range(len(shown)), [row["samples_per_s"] for row in shown],
-              color=["tab:gray" if row["pipeline"] == "ceiling" else "tab:blue" for row in shown])
+              color=["tab:blue" if row["pipeline"] == "tool" else "tab:gray" for row in shown])
     bars.set_yticks(range(len(shown)), [label(row) for row in shown], fontsize=8)
     for index, row in enumerate(shown):
         if "vs_ceiling" in row:
             bars.text(row["samples_per_s"], index, f" {row['vs_ceiling']:.2f}x", va="center", fontsize=8)
     bars.invert_yaxis()
-    bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the same step on Tensors in memory)")
+    bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the fastest driver on Tensors in memory)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

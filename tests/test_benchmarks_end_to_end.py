@@ -26,12 +26,13 @@ def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     specs = end_to_end.make_specs(batch=16, accumulate=2, epochs=3, data_dir=tiny_mnist, text_bytes=3000,
                                   max_length=32)
     runs = end_to_end.run_end_to_end(specs, repeats=1, log=io.StringIO())
-    assert [run["step"] for run in runs] == ["micro", "window", "lm"] and not any("error" in run for run in runs)
+    assert [run["step"] for run in runs] == ["mnist", "lm"] and not any("error" in run for run in runs)
+    assert [run["driver"] for run in runs] == ["in-graph", "host"]  # the tools' picks: 6 tensors, then many
     # The LM counts the targets of its training samples: every token, the short last window's too.
     train, _ = split_corpus(split_samples(encode(synthetic_text(3000, SYNTHETIC_DATA_SEED)), 32))
     counted = {"lm": sum(len(sample) - 1 for sample in train)}
     for run in runs:
-        assert list(run["epochs"]) == ["tool", "ceiling"]
+        assert list(run["epochs"]) == ["tool", "in-graph", "host", "window"]
         each = counted.get(run["step"], 80)
         assert run["first"]["samples"] == each and run["first"]["seconds"] > 0
         for epochs in run["epochs"].values():
@@ -41,6 +42,7 @@ def test_every_worker_times_its_epochs_on_a_tiny_config(tiny_mnist):
     rows = end_to_end.end_to_end_rows(runs)
     tools = [row for row in rows if row["pipeline"] == "tool"]
     assert all(row["vs_ceiling"] > 0 and row["paired_vs_ceiling"] > 0 and row["first_epoch_s"] > 0 for row in tools)
+    assert all(row["ceiling"] in end_to_end.DRIVERS for row in tools)
     table = end_to_end.format_end_to_end(rows)
     assert "training tool (data in memory)" in table and "LM, tokens/s" in table
 
@@ -49,18 +51,17 @@ def _epochs(seconds, samples=600):
     return [dict(seconds=s, samples=samples) for s in seconds]
 
 
-def test_ratios_pair_each_tool_with_its_own_ceiling_and_a_failed_step_keeps_its_error():
-    runs = [dict(step="micro", first=dict(seconds=1.5, samples=600),
-                 epochs={"tool": _epochs([0.2, 0.3, 0.25]), "ceiling": _epochs([0.2, 0.2, 0.2])}),
-            dict(step="window", first=dict(seconds=4.0, samples=600),
-                 epochs={"tool": _epochs([0.1, 0.105, 0.105]), "ceiling": _epochs([0.1, 0.1, 0.1])}),
+def test_each_tool_is_paired_with_its_fastest_driver_and_a_failed_step_keeps_its_error():
+    runs = [dict(step="mnist", driver="in-graph", first=dict(seconds=1.5, samples=600),
+                 epochs={"tool": _epochs([0.2, 0.3, 0.25]), "in-graph": _epochs([0.2, 0.2, 0.2]),
+                         "host": _epochs([0.3, 0.3, 0.3]), "window": _epochs([0.25, 0.25, 0.25])}),
             dict(step="lm", error="Traceback\nMemoryError: boom")]
     rows = {(row["step"], row["pipeline"]): row for row in end_to_end.end_to_end_rows(runs)}
-    micro = rows[("micro", "tool")]
-    assert micro["vs_ceiling"] == pytest.approx(0.8) and micro["min_vs_ceiling"] == pytest.approx(1.0)
-    assert micro["paired_vs_ceiling"] == pytest.approx(0.8)  # 1.0, 0.67 and 0.8 epoch by epoch
-    assert micro["first_extra_s"] == pytest.approx(1.25)
-    assert rows[("window", "tool")]["vs_ceiling"] == pytest.approx(0.1 / 0.105)
+    mnist = rows[("mnist", "tool")]
+    assert (mnist["driver"], mnist["ceiling"]) == ("in-graph", "in-graph")
+    assert mnist["vs_ceiling"] == pytest.approx(0.8) and mnist["min_vs_ceiling"] == pytest.approx(1.0)
+    assert mnist["paired_vs_ceiling"] == pytest.approx(0.8)  # 1.0, 0.67 and 0.8 epoch by epoch
+    assert mnist["first_extra_s"] == pytest.approx(1.25)
     assert "ERROR MemoryError: boom" in end_to_end.format_end_to_end(list(rows.values()))
 
 
