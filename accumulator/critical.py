@@ -197,14 +197,30 @@ class CriticalBatchSchedule:
         return length
 
     def should_probe(self, samples_seen) -> bool:
-        """True when a probe is due at ``samples_seen``: the k-th at ``interval`` x (2^k - 1); never at ``max_step``.
+        """True when a probe is due at ``samples_seen`` (``next_probe()``).
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=100)
             >>> schedule.should_probe(0), schedule.should_probe(-1)
             (True, False)
         """
-        return self.current < self.max_step and samples_seen >= self.interval * (2 ** int(self.probes) - 1)
+        due = self.next_probe()
+        return due is not None and samples_seen >= due
+
+    def next_probe(self):
+        """The samples seen at which the next probe is due, the k-th at ``interval`` x (2^k - 1); None at ``max_step``.
+
+        Read on the host: a loop can compare its count with it and read no device value per micro-batch.
+
+        Example:
+            >>> schedule = CriticalBatchSchedule(interval=100)
+            >>> _ = schedule.choose({1: 1.0})
+            >>> schedule.next_probe()
+            100
+        """
+        if self.current >= self.max_step:
+            return None
+        return self.interval * (2 ** int(self.probes) - 1)
 
     def choose(self, losses_by_window: Mapping[int, float]) -> int:
         """Sets N from a probe's held-out losses ``{window: loss}`` and counts the probe; returns the new N.

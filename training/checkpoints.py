@@ -180,9 +180,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
 
 # What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
 # no learning rate followed the window before --scale-rule, and the adaptive window aimed at the noise scale
-# before --update-cost.
+# before --update-cost, and no window was probed before --probe-interval and --probe-tolerance.
 SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none",
-                                "update_cost": None}
+                                "update_cost": None, "probe_interval": None, "probe_tolerance": None}
 
 
 def check_settings(path, config):
@@ -238,6 +238,8 @@ def resume(run, config, say=print):
     for path in find_checkpoints(config.ckpt_dir):
         try:
             check_settings(path, config)
+            if run.critical is not None:  # its N first: load_checkpoint checks the window against it
+                run.critical.load_window(path)
             extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error
