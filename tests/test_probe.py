@@ -1,17 +1,21 @@
 """training.probe: ``--accumulate-step auto`` in the tools. A probe that keeps N trains the epoch exactly as N = 1
 does, its branch's work kept; probes are logged and drawn; a run interrupted mid-probe resumes to the same end."""
 import json
+import os
 
 import mindspore as ms
 import numpy as np
 import pytest
 
 from accumulator import CriticalBatchSchedule
+from helpers import run_msrun
 from training.checkpoints import checkpoint_path
 from training.config import TrainConfig
 from training.loop import build_run, train_epoch
 from training.records import probe_points, write_plot
 from training.task import toy_task
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_mnist.py")
 
 
 def trained_epoch(**settings):
@@ -60,3 +64,24 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
                   for run in ("whole", "cut"))
     assert all(record["probes"] for record in whole)  # a probe in each epoch, the interrupted one included
     assert [record["probes"] for record in cut] == [record["probes"] for record in whole]
+
+
+@pytest.mark.slow  # msrun: two ranks, and one process to compare with
+def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, tmp_path,
+                                                                           train_mnist_run):
+    # Rank r reads samples r, r+2, ...: micro-batches of 2 x 4 are one process's of 8, the probes' branches too.
+    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step",
+              "auto", "--probe-interval", "32", "--scale-rule", "linear"]
+    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "4", "--ckpt-dir",
+                                  str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
+    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
+    saved = ms.load_checkpoint(checkpoint_path(str(tmp_path / "ckpt"), 1))
+    _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.05, shuffle=False, batch_size=8,
+                                  accumulate_step="auto", probe_interval=32, scale_rule="linear",
+                                  ckpt_dir=str(tmp_path / "single"))
+    single = ms.load_checkpoint(checkpoint_path(str(tmp_path / "single"), 1))
+    chosen = [[probe["accumulate_step"] for probe in json.loads(checkpoint["history"])[0]["probes"]]
+              for checkpoint in (saved, single)]
+    assert chosen[0] == chosen[1] and len(chosen[0]) >= 1
+    for name, value in expected.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
