@@ -17,6 +17,7 @@ probes' points follow from the samples seen, so a resumed run probes where
 the uninterrupted one did.
 """
 import itertools
+import time
 
 from accumulator import CriticalBatchSchedule, training_state
 from training.config import AUTO_STEPS, PROBE_INTERVAL, PROBE_TOLERANCE
@@ -82,8 +83,9 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
     ``train_windows``: ``training.loop.train_on_windows`` bound to the run;
     ``held_out()``: the held-out loss per count (``held_out_loss``);
     ``seen``: what was counted before these windows, over all ranks. Each
-    probe's record (what had been seen, each branch's held-out loss and
-    noise scale, the window chosen) is appended to ``probes``.
+    probe's record (what had been seen, each branch's held-out loss, noise
+    scale and training seconds, the window chosen, the probe's seconds with
+    its snapshots and held-out losses) is appended to ``probes``.
 
     Example: 32 micro-batches of 2 samples; the probe at the start trains 16 of them at N = 1, then N = 2,
     whose held-out loss is past the tolerance: N = 4 is not tried, N stays 1, and the next probe would be at 64.
@@ -115,13 +117,20 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
         trained = {}
 
         def branch(window):
+            started = time.perf_counter()
             trained[window] = list(train_windows(taken))
+            return time.perf_counter() - started
 
+        started = time.perf_counter()
+        seconds = {}
         records = schedule.probe(training_state(run.net, run.optimizer, run.accumulator,
                                                 lr_scheduler=run.lr_scheduler),
-                                 branch, held_out, read=lambda: {"noise_scale": _noise_scale(run)})
+                                 lambda window: seconds.setdefault(window, branch(window)), held_out,
+                                 read=lambda: {"noise_scale": _noise_scale(run)})
         kept = trained[schedule.current]
-        probes.append(_record(seen, records, schedule.current, sum(output[1] for output in kept) / length, ranks))
+        probes.append({**_record(seen, records, schedule.current, sum(output[1] for output in kept) / length, ranks),
+                       "branch_seconds": {str(window): value for window, value in seconds.items()},
+                       "seconds": time.perf_counter() - started})
         for output in kept:
             seen += output[1] * ranks
             yield output
