@@ -364,8 +364,9 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
             bar.set_postfix(loss=f"{loss_sum / counted:.4f}", refresh=False)
             bar.update(window_samples)
     seconds = time.perf_counter() - started
+    probed = {"probes": probes} if run.critical is not None else {}
     return {"train_loss": loss_sum / max(counted, 1), "samples": samples * config.ranks,
-            "counted": counted * config.ranks, "seconds": seconds, **({"probes": probes} if run.critical is not None else {})}
+            "counted": counted * config.ranks, "seconds": seconds, **probed}
 
 
 def epoch_windows(config, task, epoch):
