@@ -187,3 +187,10 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(
     # Nor "update_cost", from before --update-cost: an adaptive window aimed at the noise scale.
     with pytest.raises(TrainingError, match="--update-cost was None, now 1.5"):
         check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="noise", update_cost=1.5))
+    # Nor the probe's settings, from before the measured window: "auto" was the noise-scale window, "noise" now.
+    ms.save_checkpoint([], path, append_dict={"config": json.dumps(
+        {**{name: value for name, value in settings.items() if not name.startswith("probe_")},
+         "accumulate_step": "auto"})})
+    check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="noise"))
+    with pytest.raises(TrainingError, match="--accumulate-step was noise, now auto"):
+        check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="auto"))

@@ -205,8 +205,10 @@ def check_settings(path, config):
         ...
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
-    saved = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
-    saved = {**SETTINGS_BEFORE_THEY_EXISTED, **saved}
+    recorded = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
+    saved = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
+    if "probe_interval" not in recorded and saved["accumulate_step"] == "auto":
+        saved["accumulate_step"] = "noise"  # before the measured window, auto followed the noise scale
     changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
                for name, value in config.resume_settings().items() if saved.get(name) != value]
     if changed:
