@@ -9,9 +9,11 @@ on from that branch's state. N only grows, within the bounds.
 
 A branch starts from a ``snapshot_state`` of the run's state (``training_state``:
 weights, optimizer moments, the accumulator and its policies, the scale
-rule, the learning-rate scheduler; the MindSpore RNG) and is put back with
-``restore_state``, exactly: a probe that keeps N leaves the run as if it had never
-probed.
+rule, the learning-rate scheduler; MindSpore's default generator) and is put
+back with ``restore_state``, exactly: a probe that keeps N leaves the run as if
+it had never probed. Random ops that keep a seed state of their own
+(``nn.Dropout``, ``ops.randn`` on CPU) are not put back: with dropout, each
+branch draws other masks (docs/batch-size.md#the-measured-window).
 """
 import math
 import numbers
@@ -25,22 +27,21 @@ from accumulator.constants import state_parameter
 
 
 def snapshot_state(state: Mapping[str, Parameter]) -> Dict[str, object]:
-    """A copy, on the host, of every Parameter of ``state`` (``training_state``'s dict) and of MindSpore's RNG.
+    """A copy, on the host, of every Parameter of ``state`` (``training_state``'s dict) and of the default generator.
 
     Example:
         >>> from mindspore import nn
         >>> net = nn.Dense(3, 1)
         >>> saved = snapshot_state({p.name: p for p in net.get_parameters()})
-        >>> sorted(saved)
-        ['bias', 'rng', 'weight']
+        >>> sorted(saved), sorted(saved["parameters"])
+        (['parameters', 'rng'], ['bias', 'weight'])
     """
-    copies = {name: param.asnumpy().copy() for name, param in state.items()}
-    copies["rng"] = ms.get_rng_state()
-    return copies
+    return {"parameters": {name: param.asnumpy().copy() for name, param in state.items()},
+            "rng": ms.get_rng_state()}
 
 
 def restore_state(state: Mapping[str, Parameter], saved: Mapping[str, object]) -> None:
-    """Puts ``snapshot_state(state)``'s values back into the Parameters of ``state``, in place, and the RNG.
+    """Puts ``snapshot_state(state)``'s values back into the Parameters of ``state``, in place, and the generator.
 
     In place (``ops.assign``), so graphs compiled before keep training the
     restored Parameters. After restoring an accumulator's state, call
@@ -53,11 +54,11 @@ def restore_state(state: Mapping[str, Parameter], saved: Mapping[str, object]) -
         >>> saved = snapshot_state(state)
         >>> _ = ops.assign(net.bias, Tensor([5.0]))
         >>> restore_state(state, saved)
-        >>> bool((net.bias.asnumpy() == saved["bias"]).all())
+        >>> bool((net.bias.asnumpy() == saved["parameters"]["bias"]).all())
         True
     """
     for name, param in state.items():
-        ops.assign(param, Tensor(saved[name]))
+        ops.assign(param, Tensor(saved["parameters"][name]))
     ms.set_rng_state(saved["rng"])
 
 
