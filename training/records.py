@@ -34,13 +34,16 @@ def epoch_line(record, epochs):
 def noise_suffix(record):
     """What an epoch line ends with when the run tracks the noise scale or follows N by a rule; empty otherwise.
 
-    With a rule: the learning rate (and betas) the next window runs with.
+    With a rule: the learning rate (and betas) the next window runs with;
+    with the measured window, the N each of the epoch's probes chose.
 
     Example:
         >>> noise_suffix({"noise_scale": None, "accumulate_step": 2}), noise_suffix({})
         ('; noise scale not yet measured, N 2', '')
         >>> noise_suffix({"accumulate_step": 8, "lr": 0.02, "beta1": 0.6, "beta2": 0.996, "eps": 5e-9})
         '; N 8, lr 0.02, betas (0.6, 0.996)'
+        >>> noise_suffix({"noise_scale": 40.0, "accumulate_step": 4, "probes": [{"accumulate_step": 4}]})
+        '; noise scale 40, N 4, probes chose 4'
     """
     line = ""
     if "noise_scale" in record:
@@ -48,6 +51,8 @@ def noise_suffix(record):
         line = f"; noise scale {noise}, N {record['accumulate_step']}"
     elif "lr" in record:
         line = f"; N {record['accumulate_step']}"
+    if record.get("probes"):
+        line += ", probes chose " + ", ".join(str(probe["accumulate_step"]) for probe in record["probes"])
     if "lr" in record:
         line += f", lr {record['lr']:.4g}"
     if "beta1" in record:
