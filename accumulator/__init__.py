@@ -29,6 +29,7 @@ from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm
 from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd, StepSchedulerPerUpdate
 from accumulator.clipping import ClipNorm
+from accumulator.critical import CriticalBatchSchedule, restore_state, snapshot_state
 from accumulator.distributed import WindowAllReduce
 from accumulator.loss_scaling import LossScaling
 from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
@@ -48,3 +49,4 @@ __all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "
            "SkipNonFiniteWindows", "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule",
            "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
            "save_checkpoint", "training_state"]
+__all__ += ["CriticalBatchSchedule", "restore_state", "snapshot_state"]

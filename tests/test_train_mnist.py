@@ -69,9 +69,12 @@ def test_help_explains_every_flag():
     (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
     (["--accumulate-step", "auto", "--window-step"],
      "--accumulate-step auto changes N between windows; --driver window needs a fixed N"),
-    (["--update-cost", "1.5"], "--update-cost sets how the adaptive window chooses N, got --accumulate-step 2: pass "
-                               "--accumulate-step auto"),
-    (["--accumulate-step", "auto", "--update-cost", "-1"], "argument --update-cost: must be a positive finite number, "
+    (["--update-cost", "1.5"], "--update-cost sets how the noise-scale window chooses N, got --accumulate-step 2: "
+                               "pass --accumulate-step noise"),
+    (["--probe-interval", "512"], "--probe-interval sets how the measured window probes, got --accumulate-step 2: "
+                                  "pass --accumulate-step auto"),
+    (["--accumulate-step", "auto", "--probe-tolerance", "2"], "--probe-tolerance must be a number in (0, 1), got 2.0"),
+    (["--accumulate-step", "noise", "--update-cost", "-1"], "argument --update-cost: must be a positive finite number, "
                                                            "got -1"),
     (["--keep-checkpoints", "3"], "--keep-checkpoints 3 needs a --ckpt-dir"),
     (["--driver", "fastest"], "argument --driver: unknown value 'fastest': choose auto, in-graph, host, window"),

@@ -154,7 +154,7 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
 @pytest.mark.slow  # three runs of the tool, two epochs each
 def test_a_run_whose_optimizer_follows_n_resumes_exactly(synthetic_mnist_dir, tmp_path, train_mnist_run, capsys):
     # AdaScale: the gain's state (the schedule position, the factor the lr holds) must come back with the noise's.
-    flags = dict(batch_size=20, accumulate_step="auto", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end
+    flags = dict(batch_size=20, accumulate_step="noise", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end
     _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, **flags)
     ckpt_dir = str(tmp_path / "ckpt")
     train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
@@ -186,4 +186,11 @@ def test_a_checkpoint_from_before_a_setting_existed_resumes_as_that_setting_was(
         check_settings(path, TrainConfig(tool_settings={"packing": False}, scale_rule="linear"))
     # Nor "update_cost", from before --update-cost: an adaptive window aimed at the noise scale.
     with pytest.raises(TrainingError, match="--update-cost was None, now 1.5"):
-        check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="auto", update_cost=1.5))
+        check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="noise", update_cost=1.5))
+    # Nor the probe's settings, from before the measured window: "auto" was the noise-scale window, "noise" now.
+    ms.save_checkpoint([], path, append_dict={"config": json.dumps(
+        {**{name: value for name, value in settings.items() if not name.startswith("probe_")},
+         "accumulate_step": "auto"})})
+    check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="noise"))
+    with pytest.raises(TrainingError, match="--accumulate-step was noise, now auto"):
+        check_settings(path, TrainConfig(tool_settings={"packing": False}, accumulate_step="auto"))

@@ -29,8 +29,12 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"driver": "fast"}, "driver must be one of"),
     ({"track_noise": 1}, "track_noise must be True or False, got 1"),
     ({"update_cost": 0.0}, "update_cost must be a positive finite number, got 0.0"),
-    ({"update_cost": 1.5}, "update_cost sets how the adaptive window chooses N, got accumulate_step=2: pass "
-                           "accumulate_step='auto'"),
+    ({"update_cost": 1.5}, "update_cost sets how the noise-scale window chooses N, got accumulate_step=2: pass "
+                           "accumulate_step='noise'"),
+    ({"accumulate_step": "auto", "probe_interval": 0}, "probe_interval must be a positive int, got 0"),
+    ({"accumulate_step": "auto", "probe_tolerance": 1.0}, "probe_tolerance must be a number in (0, 1), got 1.0"),
+    ({"probe_tolerance": 0.1}, "probe_tolerance sets how the measured window probes, got accumulate_step=2: pass "
+                               "accumulate_step='auto'"),
     ({"scale_rule": "cubic"}, "scale_rule must be one of ('none', 'linear', 'sqrt', 'adascale'), got 'cubic'"),
     ({"scale_rule": "sqrt"}, "scale_rule='sqrt' sets Adam's betas, which only optimizer='adamw' keeps where it can "
                              "(docs/scale-rules.md), got optimizer='sgd'"),

@@ -94,11 +94,11 @@ def test_a_run_that_would_train_nothing_is_refused_before_anything_is_built(sett
     check_trainable(TrainConfig(batch_size=5, drop_last=True, distributed=True, ranks=2), toy_task(10))  # one each
 
 
-def test_a_run_that_tracks_noise_records_it_every_epoch_and_auto_moves_n_within_bounds(capsys):
-    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="auto", check=True, update_cost=2.0)
+def test_a_run_that_tracks_noise_records_it_every_epoch_and_noise_moves_n_within_bounds(capsys):
+    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="noise", check=True, update_cost=2.0)
     summary, run = train(config, toy_task(16), progress=False)
     printed = capsys.readouterr().out
-    assert "batch 2 x auto (N from 2 to 64, following sqrt(2 x the gradient noise scale))" in printed
+    assert "batch 2 x noise (N from 2 to 64, following sqrt(2 x the gradient noise scale))" in printed
     assert run.accumulator.schedule.update_cost == 2.0
     assert re.search(r"equivalence check: equivalent: .*accumulator state [0-9.]+x the parameters' bytes", printed)
     history = [line for line in printed.splitlines() if line.startswith("epoch ")]
@@ -143,10 +143,10 @@ def _trained_toy(mode, **settings):
     return summary, run
 
 
-@pytest.mark.parametrize("settings", [dict(accumulate_step=3, track_noise=True), dict(accumulate_step="auto")])
+@pytest.mark.parametrize("settings", [dict(accumulate_step=3, track_noise=True), dict(accumulate_step="noise")])
 def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
     # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
-    # (track_noise=True samples the window's last micro-batch) is read on the host, auto moves N.
+    # (track_noise=True samples the window's last micro-batch) is read on the host, noise moves N.
     graph_summary, graph = _trained_toy("graph", **settings)
     eager_summary, eager = _trained_toy("pynative", **settings)
     assert graph_summary["updates"] == eager_summary["updates"] >= 4

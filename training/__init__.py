@@ -2,7 +2,7 @@
 
 Read in this order: ``config`` (``TrainConfig``, every setting checked once),
 ``task`` (what is trained: the seam to a data set and a network), ``loop``
-(``train``: build, train, evaluate), ``checkpoints`` (per-epoch saves and
+(``train``: build, train, evaluate; ``probe`` its measured window), ``checkpoints`` (per-epoch saves and
 exact resume), ``records`` (printed lines, summary, JSON log, plot);
 ``outputs`` checks before any work that every output can be written,
 ``interrupts`` turns Ctrl-C and SIGTERM into an exception that unwinds a

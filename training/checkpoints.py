@@ -180,9 +180,9 @@ def save_epoch_checkpoint(run, config, epoch, history):
 
 # What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
 # no learning rate followed the window before --scale-rule, and the adaptive window aimed at the noise scale
-# before --update-cost.
+# before --update-cost, and no window was probed before --probe-interval and --probe-tolerance.
 SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none",
-                                "update_cost": None}
+                                "update_cost": None, "probe_interval": None, "probe_tolerance": None}
 
 
 def check_settings(path, config):
@@ -205,8 +205,10 @@ def check_settings(path, config):
         ...
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
-    saved = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
-    saved = {**SETTINGS_BEFORE_THEY_EXISTED, **saved}
+    recorded = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
+    saved = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
+    if "probe_interval" not in recorded and saved["accumulate_step"] == "auto":
+        saved["accumulate_step"] = "noise"  # before the measured window, auto followed the noise scale
     changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
                for name, value in config.resume_settings().items() if saved.get(name) != value]
     if changed:
@@ -238,6 +240,8 @@ def resume(run, config, say=print):
     for path in find_checkpoints(config.ckpt_dir):
         try:
             check_settings(path, config)
+            if run.critical is not None:  # its N first: load_checkpoint checks the window against it
+                run.critical.load_window(path)
             extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error

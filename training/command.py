@@ -14,7 +14,8 @@ import time
 
 from training.arguments import device_target, flag, in_flags, non_negative_int, one_of, positive_float, positive_int
 from training.checkpoints import resume_hint
-from training.config import AUTO, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, RESUME_FIELDS, SCALE_RULES, TrainConfig
+from training.config import (ADAPTIVE, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, NOISE_STEPS,
+                             PROBE_INTERVAL, PROBE_TOLERANCE, RESUME_FIELDS, SCALE_RULES, TrainConfig)
 from training.context import configure_context
 from training.errors import TrainingError
 from training.interrupts import Interrupted, signals_raise_interrupted
@@ -29,13 +30,13 @@ EPILOG = ("Exit status: 0 on success, 1 when data, device, output paths or check
 
 
 def positive_int_or_auto(text):
-    """argparse type: a positive integer, or 'auto'.
+    """argparse type: a positive integer, 'auto' or 'noise'.
 
     Example:
-        >>> positive_int_or_auto("auto"), positive_int_or_auto("4")
-        ('auto', 4)
+        >>> positive_int_or_auto("auto"), positive_int_or_auto("noise"), positive_int_or_auto("4")
+        ('auto', 'noise', 4)
     """
-    return AUTO if text == AUTO else positive_int(text)
+    return text if text in ADAPTIVE else positive_int(text)
 
 
 def make_parser(prog, description, optimizers, defaults, sample="sample", run_flags=()):
@@ -82,11 +83,21 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=positive_int, metavar="N",
                           help=f"{sample}s per micro-batch, one forward/backward pass (default %(default)s)")
-    training.add_argument("--accumulate-step", type=positive_int_or_auto, metavar="{N,auto}",
+    training.add_argument("--accumulate-step", type=positive_int_or_auto, metavar="{N,auto,noise}",
                           help="micro-batches summed per optimizer update; an epoch's last, shorter "
-                               "window is applied too, weighted by its count. 'auto': N follows the "
-                               f"measured gradient noise scale, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]} "
-                               "(implies --track-noise; not with --window-step) (default %(default)s)")
+                               "window is applied too, weighted by its count. 'auto': N measured by short "
+                               f"branched runs, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, growing only "
+                               "(docs/batch-size.md); 'noise': N follows the measured gradient noise scale, from "
+                               f"{NOISE_STEPS[0]} to {NOISE_STEPS[1]}, which overshoots (docs/scale-rules.md); "
+                               "either implies --track-noise, not with --window-step (default %(default)s)")
+    training.add_argument("--probe-interval", type=positive_int, default=None, metavar="X",
+                          help=f"with --accumulate-step auto: {sample}s seen (tokens for a language model) between "
+                               "the first probe of the window and the second; each gap after is twice the one "
+                               f"before (default {PROBE_INTERVAL})")
+    training.add_argument("--probe-tolerance", type=positive_float, default=None, metavar="F",
+                          help="with --accumulate-step auto: a window is kept while its held-out loss after the "
+                               f"probe is within 1 + F times the smallest window's, 0 < F < 1 (default "
+                               f"{PROBE_TOLERANCE})")
     training.add_argument("--scale-rule", type=one_of(*SCALE_RULES), default="none",
                           metavar="{" + ",".join(SCALE_RULES) + "}",
                           help="how the learning rate follows N, --lr being tuned for one micro-batch: linear (SGD: "
@@ -94,7 +105,7 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                "(SGD: lr x a gain from the measured noise, between 1 and N; implies --track-noise); "
                                "none leaves lr as set; docs/scale-rules.md (default %(default)s)")
     training.add_argument("--update-cost", type=positive_float, default=None, metavar="X",
-                          help="with --accumulate-step auto: one update's seconds over one micro-step's; N is then "
+                          help="with --accumulate-step noise: one update's seconds over one micro-step's; N is then "
                                "the window that trains fastest in seconds, sqrt(X x the noise scale in micro-batches), "
                                "not the noise scale; docs/batch-size.md (default: the noise scale)")
     training.add_argument("--epochs", type=positive_int, metavar="N",

@@ -14,10 +14,18 @@ from common.checks import boolean, non_negative_int, positive_int
 from training.optimizers import OPTIMIZERS
 
 DEVICES = ("CPU", "GPU", "Ascend")
-# accumulate_step="auto": N follows the measured gradient noise scale within these bounds
-# (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
+# accumulate_step="auto": N measured by short branched runs within these bounds, from the window --lr is tuned
+# for (accumulator.CriticalBatchSchedule, docs/batch-size.md#the-measured-window); a probe at the start, the next
+# after PROBE_INTERVAL samples (tokens for a language model), each gap twice the one before.
 AUTO = "auto"
-AUTO_STEPS = (2, 64)
+AUTO_STEPS = (1, 64)
+PROBE_INTERVAL = 4096
+PROBE_TOLERANCE = 0.02
+# accumulate_step="noise": N follows the measured gradient noise scale within these bounds
+# (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
+NOISE = "noise"
+NOISE_STEPS = (2, 64)
+ADAPTIVE = (AUTO, NOISE)
 MODES = ("graph", "pynative")
 # How a window is driven (docs/performance.md#which-driver): "auto" picks in-graph or host by the net's tensors.
 DRIVERS = ("auto", "in-graph", "host", "window")
@@ -28,7 +36,7 @@ IN_GRAPH_TENSORS = 8
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
 RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks",
-                 "scale_rule", "update_cost")
+                 "scale_rule", "update_cost", "probe_interval", "probe_tolerance")
 
 
 def _one_of(value, name, choices):
@@ -50,12 +58,15 @@ class TrainConfig:
     Fields mirror the flags of ``scripts/train_mnist.py`` (``--batch-size``
     is ``batch_size``, and so on). ``rank`` and ``ranks`` are 0 and 1 until
     ``training.context.configure_context`` reads the real ones.
-    ``accumulate_step`` is an int or ``"auto"`` (N follows the measured
-    noise scale, and ``track_noise`` is implied); ``scale_rule`` one of
+    ``accumulate_step`` is an int, ``"auto"`` (N measured by short branched
+    runs, every ``probe_interval`` samples or tokens at first, the gaps
+    doubling, within ``probe_tolerance``; None: ``PROBE_INTERVAL``,
+    ``PROBE_TOLERANCE``) or ``"noise"`` (N follows the measured noise scale);
+    either implies ``track_noise``; ``scale_rule`` one of
     ``SCALE_RULES``: the learning rate (and for ``"sqrt"`` AdamW's betas) follows
     N, ``lr`` being tuned for one micro-batch (``"adascale"`` implies
     ``track_noise``; ``"sqrt"`` needs ``optimizer="adamw"``); ``update_cost``,
-    with ``"auto"`` only: an update's seconds over a micro-step's, and N is
+    with ``"noise"`` only: an update's seconds over a micro-step's, and N is
     then the window fastest in seconds (``NoiseScaleSchedule``); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training; ``driver`` how windows are driven (``DRIVERS``:
@@ -87,6 +98,8 @@ class TrainConfig:
     optimizer: str = "sgd"
     scale_rule: str = "none"
     update_cost: Optional[float] = None
+    probe_interval: Optional[int] = None
+    probe_tolerance: Optional[float] = None
     shuffle: bool = True
     track_noise: bool = False
     check: bool = False
@@ -115,17 +128,19 @@ class TrainConfig:
         non_negative_int(self.seed, "seed")
         for name in ("batch_size", "epochs", "ranks"):
             positive_int(getattr(self, name), name)
-        if self.accumulate_step != AUTO:
+        if self.accumulate_step not in ADAPTIVE:
             positive_int(self.accumulate_step, "accumulate_step")
         elif self.driver == "window":
-            raise ValueError("accumulate_step='auto' changes N between windows; driver='window' needs a fixed N")
+            raise ValueError(f"accumulate_step={self.accumulate_step!r} changes N between windows; driver='window' "
+                             "needs a fixed N")
         if self.update_cost is not None:
             if isinstance(self.update_cost, bool) or not isinstance(self.update_cost, numbers.Real) \
                     or not 0 < self.update_cost < math.inf:
                 raise ValueError(f"update_cost must be a positive finite number, got {self.update_cost!r}")
-            if self.accumulate_step != AUTO:
-                raise ValueError(f"update_cost sets how the adaptive window chooses N, got accumulate_step="
-                                 f"{self.accumulate_step!r}: pass accumulate_step='auto'")
+            if self.accumulate_step != NOISE:
+                raise ValueError(f"update_cost sets how the noise-scale window chooses N, got accumulate_step="
+                                 f"{self.accumulate_step!r}: pass accumulate_step='noise'")
+        self._check_probe()
         for name in ("distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
                      "check"):
             boolean(getattr(self, name), name)
@@ -150,37 +165,49 @@ class TrainConfig:
         if self.ranks > 1 and not self.distributed:
             raise ValueError(f"ranks > 1 needs distributed=True, got ranks={self.ranks!r}")
 
+    def _check_probe(self):
+        if self.probe_interval is not None:
+            positive_int(self.probe_interval, "probe_interval")
+        if self.probe_tolerance is not None and (
+                isinstance(self.probe_tolerance, bool) or not isinstance(self.probe_tolerance, numbers.Real)
+                or not 0 < self.probe_tolerance < 1):
+            raise ValueError(f"probe_tolerance must be a number in (0, 1), got {self.probe_tolerance!r}")
+        given = [name for name in ("probe_interval", "probe_tolerance") if getattr(self, name) is not None]
+        if given and self.accumulate_step != AUTO:
+            raise ValueError(f"{given[0]} sets how the measured window probes, got accumulate_step="
+                             f"{self.accumulate_step!r}: pass accumulate_step='auto'")
+
     @property
     def effective_batch_size(self):
-        """Samples per optimizer update: micro-batch x accumulate-step x ranks (None when N is ``"auto"``).
+        """Samples per optimizer update: micro-batch x accumulate-step x ranks (None when N changes).
 
         Example:
             >>> TrainConfig(batch_size=16, accumulate_step=2, distributed=True, ranks=4).effective_batch_size
             128
         """
-        if self.accumulate_step == AUTO:
+        if self.accumulate_step in ADAPTIVE:
             return None
         return self.batch_size * self.accumulate_step * self.ranks
 
     @property
     def tracks_noise(self):
-        """True when the run measures the gradient noise scale (``track_noise``, N ``"auto"`` or ``"adascale"``).
+        """True when the run measures the gradient noise scale (``track_noise``, N adaptive or ``"adascale"``).
 
         Example:
             >>> TrainConfig(accumulate_step="auto").tracks_noise, TrainConfig(scale_rule="adascale").tracks_noise
             (True, True)
         """
-        return self.track_noise or self.accumulate_step == AUTO or self.scale_rule == "adascale"
+        return self.track_noise or self.accumulate_step in ADAPTIVE or self.scale_rule == "adascale"
 
     @property
     def first_step(self):
-        """N of the first window: ``accumulate_step``, or the least ``"auto"`` allows.
+        """N of the first window: ``accumulate_step``, or the least an adaptive window allows.
 
         Example:
-            >>> TrainConfig(accumulate_step="auto").first_step
-            2
+            >>> TrainConfig(accumulate_step="auto").first_step, TrainConfig(accumulate_step="noise").first_step
+            (1, 2)
         """
-        return AUTO_STEPS[0] if self.accumulate_step == AUTO else self.accumulate_step
+        return {AUTO: AUTO_STEPS[0], NOISE: NOISE_STEPS[0]}.get(self.accumulate_step, self.accumulate_step)
 
     def batch_description(self):
         """How a window's batch is made, as the run's first and last lines say it.
@@ -189,15 +216,18 @@ class TrainConfig:
             >>> TrainConfig(batch_size=32, accumulate_step=4).batch_description()
             '32 x 4 = effective 128'
             >>> TrainConfig(batch_size=32, accumulate_step="auto").batch_description()
-            '32 x auto (N from 2 to 64, following the gradient noise scale)'
-            >>> TrainConfig(batch_size=32, accumulate_step="auto", update_cost=1.5).batch_description()
-            '32 x auto (N from 2 to 64, following sqrt(1.5 x the gradient noise scale))'
+            '32 x auto (N from 1 to 64, measured by branched runs)'
+            >>> TrainConfig(batch_size=32, accumulate_step="noise", update_cost=1.5).batch_description()
+            '32 x noise (N from 2 to 64, following sqrt(1.5 x the gradient noise scale))'
         """
         ranks = f" x {self.ranks} ranks" if self.distributed else ""
         if self.accumulate_step == AUTO:
+            return (f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, "
+                    "measured by branched runs)")
+        if self.accumulate_step == NOISE:
             aim = "the gradient noise scale" if self.update_cost is None else \
                 f"sqrt({self.update_cost:g} x the gradient noise scale)"
-            return f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, following {aim})"
+            return f"{self.batch_size} x noise{ranks} (N from {NOISE_STEPS[0]} to {NOISE_STEPS[1]}, following {aim})"
         return f"{self.batch_size} x {self.accumulate_step}{ranks} = effective {self.effective_batch_size}"
 
     @property

@@ -15,12 +15,14 @@ import mindspore as ms
 from mindspore import nn
 from tqdm import tqdm
 
-from accumulator import Accumulator, NoiseScaleSchedule, ScaleRule, WindowAllReduce, check_equivalence, make_window_step
+from accumulator import (Accumulator, CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, WindowAllReduce,
+                         check_equivalence, make_window_step)
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
-from training.config import AUTO, AUTO_STEPS, IN_GRAPH_TENSORS
+from training.config import AUTO, IN_GRAPH_TENSORS, NOISE, NOISE_STEPS
 from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
+from training.probe import held_out_loss, measured_schedule, train_probing
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
@@ -51,7 +53,8 @@ class Run:
     ``train_on_windows``); ``lr_scheduler``
     is an ``experimental.optim`` optimizer's schedule, stepped once per
     update (``training.optimizers.make_lr_scheduler``), or None;
-    ``scale_rule`` the ``ScaleRule`` that makes the optimizer follow N, or None.
+    ``scale_rule`` the ``ScaleRule`` that makes the optimizer follow N, or None;
+    ``critical`` the ``CriticalBatchSchedule`` of ``--accumulate-step auto``, or None.
 
     Example:
         >>> from training.config import TrainConfig
@@ -74,6 +77,7 @@ class Run:
     micro_step: Optional[nn.Cell] = None
     compile_window: Optional[Callable] = None
     scale_rule: Optional[ScaleRule] = None
+    critical: Optional[CriticalBatchSchedule] = None
 
 
 class MicroStep(nn.Cell):
@@ -201,12 +205,14 @@ def build_run(config, task):
     net = task.make_net()
     lr = config.lr if task.learning_rate is None else task.learning_rate(config)
     optimizer = make_optimizer(config.optimizer, net.trainable_params(), lr)
-    accumulate_step = config.accumulate_step
-    if accumulate_step == AUTO:
-        accumulate_step = NoiseScaleSchedule(config.batch_size, *AUTO_STEPS, ranks=config.ranks,
+    accumulate_step = critical = measured_schedule(config) if config.accumulate_step == AUTO else None
+    if config.accumulate_step == NOISE:
+        accumulate_step = NoiseScaleSchedule(config.batch_size, *NOISE_STEPS, ranks=config.ranks,
                                              update_cost=config.update_cost)
-    accumulator = Accumulator(optimizer, accumulate_step, track_noise=config.tracks_noise,
+    accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
+    if critical is not None:
+        critical.bind(accumulator)
     scale_rule = None
     if config.scale_rule != "none":
         try:  # --lr is tuned for one micro-batch: κ = N
@@ -239,7 +245,8 @@ def build_run(config, task):
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == "window" else None
     parts = dict(driver=driver, net=net, optimizer=optimizer, accumulator=accumulator, grad_fn=grad_fn,
-                 window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule)
+                 window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule,
+                 critical=critical)
     if config.mode != "graph":
         return Run(train_step=train_step, flush=flush, eval_step=eval_step, **parts)
     # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
@@ -393,7 +400,7 @@ def _follow_updates(run):
         run.lr_scheduler.step()
 
 
-def train_epoch(run, task, config, epoch, progress=True):
+def train_epoch(run, task, config, epoch, progress=True, seen=0):
     """One epoch: every micro-batch accumulated, every window applied, the last partial one too.
 
     The samples are visited in the order seeded by ``config.seed + epoch``
@@ -401,7 +408,9 @@ def train_epoch(run, task, config, epoch, progress=True):
     same data as an uninterrupted one. Under ``distributed`` each rank
     reads its own shard. Returns ``{"train_loss" (mean per ``Task.count``),
     "samples" (over all ranks), "counted" (this rank's ``Task.count`` total
-    times the ranks), "seconds"}``.
+    times the ranks), "seconds"}``, and with ``run.critical`` "probes": the
+    window's probes in the epoch (``training.probe``), placed by ``seen``,
+    what the run counted before it.
 
     Example:
         >>> from training.config import TrainConfig
@@ -415,22 +424,28 @@ def train_epoch(run, task, config, epoch, progress=True):
     n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
+    trained = functools.partial(train_on_windows, run, batch_size=config.batch_size,
+                                accumulate_step=config.first_step, count=task.count)
+    probes = []
+    if run.critical is not None:
+        trained = functools.partial(train_probing, run, train_windows=trained, seen=seen, config=config, probes=probes,
+                                    held_out=held_out_loss(run, task, EVAL_BATCH_SIZE))
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         # A signal while the bar draws itself would leave it half drawn, the interrupt line glued to it.
         with deferred():
             bar = stack.enter_context(tqdm(total=total, desc=f"epoch {epoch}/{config.epochs}", unit="sample",
                                            unit_scale=True, leave=False, disable=not progress, dynamic_ncols=True))
-        for window_loss, window_counted, window_samples in train_on_windows(run, windows, config.batch_size,
-                                                                            config.first_step, task.count):
+        for window_loss, window_counted, window_samples in trained(windows):
             loss_sum += window_loss
             counted += window_counted
             samples += window_samples
             bar.set_postfix(loss=f"{loss_sum / counted:.4f}", refresh=False)
             bar.update(window_samples)
     seconds = time.perf_counter() - started
+    probed = {"probes": probes} if run.critical is not None else {}
     return {"train_loss": loss_sum / max(counted, 1), "samples": samples * config.ranks,
-            "counted": counted * config.ranks, "seconds": seconds}
+            "counted": counted * config.ranks, "seconds": seconds, **probed}
 
 
 def epoch_windows(config, task, epoch):
@@ -560,7 +575,8 @@ def train(config, task, progress=True):
     if compiled is not None:
         say(f"compiled the train step in {compiled:.1f} s")
     for epoch in range(done + 1, config.epochs + 1):
-        record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank)}
+        seen = sum(record["counted"] for record in history)
+        record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank, seen)}
         evaluated = time.perf_counter()
         record.update(evaluate(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated

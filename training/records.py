@@ -5,7 +5,7 @@ A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
 "samples_per_second", "counted" (what the loss is per: samples, or a
 language model's tokens), "updates" (so far)}``, and ``"noise_scale"``, ``"accumulate_step"`` (N
 at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
-gradient noise scale.
+gradient noise scale; ``"probes"`` with ``--accumulate-step auto`` (``training.probe``).
 Everything here is computed from it.
 """
 import json
@@ -34,13 +34,16 @@ def epoch_line(record, epochs):
 def noise_suffix(record):
     """What an epoch line ends with when the run tracks the noise scale or follows N by a rule; empty otherwise.
 
-    With a rule: the learning rate (and betas) the next window runs with.
+    With a rule: the learning rate (and betas) the next window runs with;
+    with the measured window, the N each of the epoch's probes chose.
 
     Example:
         >>> noise_suffix({"noise_scale": None, "accumulate_step": 2}), noise_suffix({})
         ('; noise scale not yet measured, N 2', '')
         >>> noise_suffix({"accumulate_step": 8, "lr": 0.02, "beta1": 0.6, "beta2": 0.996, "eps": 5e-9})
         '; N 8, lr 0.02, betas (0.6, 0.996)'
+        >>> noise_suffix({"noise_scale": 40.0, "accumulate_step": 4, "probes": [{"accumulate_step": 4}]})
+        '; noise scale 40, N 4, probes chose 4'
     """
     line = ""
     if "noise_scale" in record:
@@ -48,6 +51,8 @@ def noise_suffix(record):
         line = f"; noise scale {noise}, N {record['accumulate_step']}"
     elif "lr" in record:
         line = f"; N {record['accumulate_step']}"
+    if record.get("probes"):
+        line += ", probes chose " + ", ".join(str(probe["accumulate_step"]) for probe in record["probes"])
     if "lr" in record:
         line += f", lr {record['lr']:.4g}"
     if "beta1" in record:
@@ -132,6 +137,30 @@ def write_json_log(path, config, data, history, summary=None):
     write_atomically(path, write)
 
 
+def probe_points(history):
+    """Each probe of the measured window, placed in epochs: ``{"epoch", "critical_batch", "noise_scale"}``.
+
+    A probe after ``seen`` counted is at the fraction of its epoch's count
+    then seen; a noise scale not yet measured is NaN, which a plot leaves out.
+
+    Example:
+        >>> points = probe_points([{"epoch": 1, "counted": 100, "probes": [
+        ...     {"seen": 0, "critical_batch": 32.0, "noise_scale": None},
+        ...     {"seen": 50, "critical_batch": 64.0, "noise_scale": 640.0}]}])
+        >>> [tuple(point.values()) for point in points]
+        [(0.0, 32.0, nan), (0.5, 64.0, 640.0)]
+    """
+    points, before = [], 0
+    for record in history:
+        for probe in record.get("probes", ()):
+            noise = probe["noise_scale"]
+            points.append({"epoch": record["epoch"] - 1 + (probe["seen"] - before) / max(record["counted"], 1),
+                           "critical_batch": probe["critical_batch"],
+                           "noise_scale": float("nan") if noise is None else noise})
+        before += record.get("counted", 0)
+    return points
+
+
 def write_plot(path, history):
     """A PNG of training and test loss and of test accuracy per epoch, written atomically (needs matplotlib).
 
@@ -148,7 +177,8 @@ def write_plot(path, history):
 
     epochs = [record["epoch"] for record in history]
     noise = [record for record in history if record.get("noise_scale") is not None]
-    figure, axes = plt.subplots(1, 3 if noise else 2, figsize=(13.5 if noise else 9, 3.5))
+    probes = probe_points(history)
+    figure, axes = plt.subplots(1, 3 if noise or probes else 2, figsize=(13.5 if noise or probes else 9, 3.5))
     loss_axes, accuracy_axes = axes[:2]
     loss_axes.plot(epochs, [record["train_loss"] for record in history], "o-", label="train")
     loss_axes.plot(epochs, [record["test_loss"] for record in history], "s--", label="test")
@@ -157,12 +187,17 @@ def write_plot(path, history):
     accuracy_axes.plot(epochs, [100 * record["test_accuracy"] for record in history], "o-")
     accuracy_axes.set(xlabel="epoch", ylabel="%", title="Test accuracy")
     accuracy_axes.set_ylim(top=min(accuracy_axes.get_ylim()[1], 100))  # the margin above 100% means nothing
-    if noise:
+    if noise or probes:
         # The noise scale is a batch size: compare it with the effective batch micro-batch x N.
         noise_axes = axes[2]
         noise_axes.plot([r["epoch"] for r in noise], [r["noise_scale"] for r in noise], "o-", label="noise scale")
         noise_axes.plot([r["epoch"] for r in noise], [r["effective_batch_size"] for r in noise], "s--",
                         label="effective batch")
+        if probes:  # each probe's window, and B_simple read beside it: its overshoot (docs/batch-size.md)
+            at = [point["epoch"] for point in probes]
+            noise_axes.step(at, [point["critical_batch"] for point in probes], "^-", where="post",
+                            label="critical batch (probed)")
+            noise_axes.plot(at, [point["noise_scale"] for point in probes], "x", label="noise scale at the probe")
         noise_axes.set(xlabel="epoch", ylabel="samples", title="Gradient noise scale", yscale="log")
         noise_axes.legend()
     for each in axes:

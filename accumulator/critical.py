@@ -1,0 +1,364 @@
+"""The measured window: N chosen by short branched runs, the critical batch (docs/batch-size.md#the-measured-window).
+
+At the start of training and then at growing gaps of samples (or tokens)
+seen, ``CriticalBatchSchedule.probe`` trains the same next samples from the
+same state once per candidate window N, 2N, 4N, ..., and compares their
+losses on a fixed held-out batch: the largest window whose loss stays within
+``tolerance`` of the smallest one's is the critical window, and training goes
+on from that branch's state. N only grows, within the bounds.
+
+A branch starts from a ``snapshot_state`` of the run's state (``training_state``:
+weights, optimizer moments, the accumulator and its policies, the scale
+rule, the learning-rate scheduler; MindSpore's default generator) and is put
+back with ``restore_state``, exactly: a probe that keeps N leaves the run as if
+it had never probed. Random ops that keep a seed state of their own
+(``nn.Dropout``, ``ops.randn`` on CPU) are not put back: with dropout, each
+branch draws other masks (docs/batch-size.md#the-measured-window).
+"""
+import math
+import numbers
+from typing import Callable, Dict, Mapping
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, ops
+
+from accumulator.checks import positive_int
+from accumulator.constants import state_parameter
+
+
+def snapshot_state(state: Mapping[str, Parameter]) -> Dict[str, object]:
+    """A copy, on the host, of every Parameter of ``state`` (``training_state``'s dict) and of the default generator.
+
+    Example:
+        >>> from mindspore import nn
+        >>> net = nn.Dense(3, 1)
+        >>> saved = snapshot_state({p.name: p for p in net.get_parameters()})
+        >>> sorted(saved), sorted(saved["parameters"])
+        (['parameters', 'rng'], ['bias', 'weight'])
+    """
+    return {"parameters": {name: param.asnumpy().copy() for name, param in state.items()},
+            "rng": ms.get_rng_state()}
+
+
+def restore_state(state: Mapping[str, Parameter], saved: Mapping[str, object]) -> None:
+    """Puts ``snapshot_state(state)``'s values back into the Parameters of ``state``, in place, and the generator.
+
+    In place (``ops.assign``), so graphs compiled before keep training the
+    restored Parameters. After restoring an accumulator's state, call
+    ``accumulator.host.sync_position()``, as ``load_checkpoint`` does.
+
+    Example:
+        >>> from mindspore import nn
+        >>> net = nn.Dense(3, 1)
+        >>> state = {p.name: p for p in net.get_parameters()}
+        >>> saved = snapshot_state(state)
+        >>> _ = ops.assign(net.bias, Tensor([5.0]))
+        >>> restore_state(state, saved)
+        >>> bool((net.bias.asnumpy() == saved["parameters"]["bias"]).all())
+        True
+    """
+    for name, param in state.items():
+        ops.assign(param, Tensor(saved["parameters"][name]))
+    ms.set_rng_state(saved["rng"])
+
+
+def _window(value):
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= 1
+
+
+def _finite(value):
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
+def _fraction(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < 1:
+        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+@ms.jit_class
+class CriticalBatchSchedule:
+    """N for the next window from the losses of short branched runs, never shrinking; pass it as ``accumulate_step``.
+
+    ``interval``: the samples (or tokens: whatever the caller counts) seen
+    before the second probe; each later gap is twice the one before, so
+    probes are at 0, ``interval``, 3 ``interval``, 7 ``interval``, ... (the
+    critical batch rises fast early and then levels off). ``min_step`` and
+    ``max_step`` bound N; ``first_step`` (default ``min_step``) is where it
+    starts. A probe trains ``branches`` windows, N, 2N, 4N, ... up to
+    ``max_step``, for ``branch_windows`` windows of the largest each
+    (``branch_length()`` micro-batches, the same ones for every branch), and
+    keeps the largest window whose held-out loss is at most ``1 +
+    tolerance`` times the smallest's, every window below it passing too.
+
+    Its state (N and the probes made) is the accumulator's after ``bind``,
+    so checkpoints hold it; before ``load_checkpoint``, call
+    ``load_window(path)``: the load checks the window against the schedule.
+    On the host, between windows: ``should_probe``, ``choose``, ``probe``.
+
+    Example:
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> schedule = CriticalBatchSchedule(interval=1000, max_step=16, tolerance=0.05)
+        >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule)
+        >>> schedule.bind(accumulator)
+        >>> schedule.should_probe(0), schedule.windows()
+        (True, [1, 2, 4])
+        >>> schedule.choose({1: 0.50, 2: 0.51, 4: 0.60})     # 4's loss is 20% above 1's: N = 2
+        2
+        >>> int(accumulator.accumulate_step), schedule.should_probe(999), schedule.should_probe(1000)
+        (2, False, True)
+        >>> CriticalBatchSchedule(interval=1000, tolerance=1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: tolerance must be a number in (0, 1), got 1.5
+    """
+
+    def __init__(self, interval: int, min_step: int = 1, max_step: int = 64, tolerance: float = 0.02,
+                 branches: int = 3, branch_windows: int = 4, first_step=None) -> None:
+        self.interval = positive_int(interval, "interval")
+        self.min_step = positive_int(min_step, "min_step")
+        self.max_step = positive_int(max_step, "max_step")
+        if self.max_step < self.min_step:
+            raise ValueError(f"max_step must be at least min_step={min_step}, got {max_step!r}")
+        self.tolerance = _fraction(tolerance, "tolerance")
+        if isinstance(branches, bool) or not isinstance(branches, numbers.Integral) or branches < 2:
+            raise ValueError(f"branches must be an int of at least 2 (N and 2N), got {branches!r}")
+        self.branches = int(branches)
+        self.branch_windows = positive_int(branch_windows, "branch_windows")
+        first = self.min_step if first_step is None else positive_int(first_step, "first_step")
+        if not self.min_step <= first <= self.max_step:
+            raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
+        self.step = state_parameter(first, ms.int32, "critical_batch.step")
+        self.probes = state_parameter(0, ms.int32, "critical_batch.probes")
+        self.accumulator = None
+
+    def __call__(self, update_count):
+        """N for the next window: the one chosen last, inside the compiled step (``as_schedule`` wraps it)."""
+        return self.step * 1
+
+    def bind(self, accumulator) -> None:
+        """Makes this schedule's state part of ``accumulator``'s (checkpoints) and lets it set N; once, before training.
+
+        Example: the class's.
+        """
+        if self.accumulator is not None:
+            raise ValueError("this CriticalBatchSchedule is bound already: one accumulator per schedule")
+        if int(accumulator.accumulate_step) != int(self.step):
+            raise ValueError(f"bind an Accumulator built with this schedule as accumulate_step: its N is "
+                             f"{int(accumulator.accumulate_step)}, the schedule's {int(self.step)}")
+        accumulator.attach(self)
+        self.accumulator = accumulator
+
+    def state_parameters(self):
+        """N and the number of probes made, for checkpoints (``training_state``)."""
+        return [self.step, self.probes]
+
+    def window_tensors(self):
+        """Nothing to sum across devices: the decision is taken on the host."""
+        return ()
+
+    @property
+    def current(self) -> int:
+        """N now, read on the host.
+
+        Example:
+            >>> CriticalBatchSchedule(interval=10, min_step=2).current
+            2
+        """
+        return int(self.step)
+
+    def windows(self):
+        """The windows the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
+
+        Example:
+            >>> CriticalBatchSchedule(interval=10, first_step=16, max_step=40).windows()
+            [16, 32, 40]
+        """
+        found = []
+        for index in range(self.branches):
+            window = min(self.current * 2 ** index, self.max_step)
+            if window not in found:
+                found.append(window)
+        return found
+
+    def branch_length(self) -> int:
+        """Micro-batches each branch of the next probe trains: ``branch_windows`` windows of the largest.
+
+        A multiple of every window compared, so every branch ends on a whole window.
+
+        Example:
+            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # windows 1, 2, 4
+            16
+        """
+        windows = self.windows()
+        length = self.branch_windows * windows[-1]
+        while any(length % window for window in windows):
+            length += windows[-1]
+        return length
+
+    def should_probe(self, samples_seen) -> bool:
+        """True when a probe is due at ``samples_seen`` (``next_probe()``).
+
+        Example:
+            >>> schedule = CriticalBatchSchedule(interval=100)
+            >>> schedule.should_probe(0), schedule.should_probe(-1)
+            (True, False)
+        """
+        due = self.next_probe()
+        return due is not None and samples_seen >= due
+
+    def next_probe(self):
+        """The samples seen at which the next probe is due, the k-th at ``interval`` x (2^k - 1); None at ``max_step``.
+
+        Read on the host: a loop can compare its count with it and read no device value per micro-batch.
+
+        Example:
+            >>> schedule = CriticalBatchSchedule(interval=100)
+            >>> _ = schedule.choose({1: 1.0})
+            >>> schedule.next_probe()
+            100
+        """
+        if self.current >= self.max_step:
+            return None
+        return self.interval * (2 ** int(self.probes) - 1)
+
+    def choose(self, losses_by_window: Mapping[int, float]) -> int:
+        """Sets N from a probe's held-out losses ``{window: loss}`` and counts the probe; returns the new N.
+
+        The windows are compared in increasing order against the smallest's
+        loss: each within ``1 + tolerance`` times it passes, and the largest
+        of the run of passing windows from the smallest up is chosen. N
+        never shrinks and stays within the bounds. Under data parallel, give
+        every rank the same losses (averaged over ranks) and each takes the
+        same decision.
+
+        Example:
+            >>> schedule = CriticalBatchSchedule(interval=10, tolerance=0.1)
+            >>> schedule.choose({1: 2.0, 2: 2.1, 4: 2.3, 8: 2.1})    # 4 fails: 8 is not reached
+            2
+            >>> schedule.choose({2: 1.0})
+            2
+            >>> schedule.choose({4: float("nan")})
+            Traceback (most recent call last):
+            ...
+            ValueError: losses_by_window must map windows (ints >= 1) to finite losses, got {4: nan}
+        """
+        windows = sorted(losses_by_window)
+        if not windows or not all(_window(w) and _finite(losses_by_window[w]) for w in windows):
+            raise ValueError(f"losses_by_window must map windows (ints >= 1) to finite losses, "
+                             f"got {dict(losses_by_window)!r}")
+        limit = float(losses_by_window[windows[0]]) * (1 + self.tolerance)
+        chosen = windows[0]
+        for window in windows[1:]:
+            if float(losses_by_window[window]) > limit:
+                break
+            chosen = window
+        chosen = min(max(chosen, self.current, self.min_step), self.max_step)
+        self.set_window(chosen)
+        ops.assign(self.probes, self.probes + 1)
+        return chosen
+
+    def set_window(self, window: int) -> None:
+        """Makes ``window`` the N of the current and next windows, between windows (a branch's, or the chosen one).
+
+        Example:
+            >>> from mindspore import nn
+            >>> from accumulator import Accumulator
+            >>> schedule = CriticalBatchSchedule(interval=10)
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule)
+            >>> schedule.bind(accumulator)
+            >>> schedule.set_window(8)
+            >>> int(accumulator.accumulate_step), schedule.current
+            (8, 8)
+        """
+        window = positive_int(window, "window")
+        ops.assign(self.step, Tensor(window, ms.int32))
+        if self.accumulator is not None:
+            ops.assign(self.accumulator.accumulate_step, Tensor(window, ms.int32))
+            self.accumulator.host.sync_position()
+
+    def probe(self, state: Mapping[str, Parameter], train_branch: Callable[[int], object],
+              held_out_loss: Callable[[], float], read=None) -> Dict[int, dict]:
+        """Runs the branches from the same state, goes on from the chosen one's; returns ``{window: record}``.
+
+        ``state``: ``training_state(...)`` of the run, the bound accumulator
+        included. For each window of ``windows()``, in increasing order:
+        restores the state as it was, sets N, calls ``train_branch(window)``,
+        which must train the same next ``branch_length()`` micro-batches
+        (its data position is the caller's), and reads ``held_out_loss()``,
+        the loss on a fixed held-out batch (averaged over ranks under data
+        parallel). A window past the first that fails ends the probe: the
+        ones above it cannot be chosen. The run then holds the chosen
+        branch's state exactly, and N is ``choose``'s. Each record holds
+        ``"loss"`` and, with ``read``, whatever ``read()`` returns at the
+        branch's end (the noise scale, say). Needs a window boundary: the
+        accumulator's window empty.
+
+        Example: a branch that trains nothing leaves every loss equal, so the largest window wins.
+            >>> from mindspore import nn
+            >>> from accumulator import Accumulator, training_state
+            >>> net = nn.Dense(3, 1)
+            >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
+            >>> schedule = CriticalBatchSchedule(interval=10, max_step=8)
+            >>> accumulator = Accumulator(optimizer, schedule)
+            >>> schedule.bind(accumulator)
+            >>> records = schedule.probe(training_state(net, optimizer, accumulator), lambda window: None,
+            ...                          lambda: 1.0)
+            >>> records, schedule.current
+            ({1: {'loss': 1.0}, 2: {'loss': 1.0}, 4: {'loss': 1.0}}, 4)
+        """
+        if self.accumulator is None:
+            raise ValueError("probe needs the accumulator: call bind(accumulator) first")
+        if int(self.accumulator.micro_step):
+            raise ValueError(f"probe needs a window boundary: the window holds {int(self.accumulator.micro_step)} "
+                             "micro-batches")
+        own = {param.name for param in self.state_parameters()}
+        state = {name: param for name, param in state.items() if name not in own}  # choose() sets these
+        start, kept, records = snapshot_state(state), None, {}
+        windows = self.windows()
+        for window in windows:
+            restore_state(state, start)
+            self.set_window(window)
+            train_branch(window)
+            loss = float(held_out_loss())
+            records[window] = {"loss": loss, **(read() if read is not None else {})}
+            if window != windows[0] and loss > records[windows[0]]["loss"] * (1 + self.tolerance):
+                break
+            kept = snapshot_state(state)
+        restore_state(state, kept)
+        self.set_window(windows[0])  # N as before the probe, for choose() to grow from
+        self.choose({window: record["loss"] for window, record in records.items()})
+        return records
+
+    def load_window(self, path: str) -> None:
+        """Sets N and the probes made from the checkpoint at ``path``, before ``load_checkpoint`` checks N against them.
+
+        A checkpoint of a run without this schedule leaves them as they are.
+
+        Example:
+            >>> import os, tempfile
+            >>> from mindspore import nn
+            >>> from accumulator import Accumulator, save_checkpoint, load_checkpoint
+            >>> net = nn.Dense(3, 1)
+            >>> optimizer = nn.SGD(net.trainable_params(), 0.1)
+            >>> schedule = CriticalBatchSchedule(interval=10)
+            >>> accumulator = Accumulator(optimizer, schedule)
+            >>> schedule.bind(accumulator)
+            >>> _ = schedule.choose({1: 1.0, 2: 1.0})
+            >>> path = os.path.join(tempfile.mkdtemp(), "last.ckpt")
+            >>> save_checkpoint(path, net, optimizer, accumulator)
+            >>> fresh = CriticalBatchSchedule(interval=10)
+            >>> resumed = Accumulator(optimizer, fresh)
+            >>> fresh.bind(resumed)
+            >>> fresh.load_window(path)
+            >>> _ = load_checkpoint(path, net, optimizer, resumed)
+            >>> fresh.current, int(fresh.probes), int(resumed.accumulate_step)
+            (2, 1, 2)
+        """
+        names = {param.name: param for param in self.state_parameters()}
+        saved = ms.load_checkpoint(path, choice_func=lambda name: name in names)
+        if self.probes.name in saved:
+            ops.assign(self.probes, Tensor(saved[self.probes.name].asnumpy()))
+        if self.step.name in saved:
+            self.set_window(int(saved[self.step.name].asnumpy()))

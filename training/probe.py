@@ -1,0 +1,174 @@
+"""``--accumulate-step auto``: the tools' window measured by short branched runs between an epoch's windows.
+
+The run's ``accumulator.CriticalBatchSchedule`` says when a probe is due,
+in what the task counts (samples, or a language model's tokens, over all
+ranks). The epoch's windows are trained as usual up to the first window
+boundary at or past that point; then the next ``branch_length()``
+micro-batches are trained once per candidate window from the same state,
+each branch's loss is read on the first held-out batch, and the epoch goes
+on from the chosen branch's state with the data position past those
+micro-batches: the chosen branch's work is kept, only the others' is spent
+(docs/batch-size.md#the-measured-window). A probe that would reach past the
+epoch's end waits for the next epoch's start.
+
+Every rank holds the same weights and reads the same held-out batch, so each
+takes the same decision. Epoch checkpoints fall between probes, and the
+probes' points follow from the samples seen, so a resumed run probes where
+the uninterrupted one did.
+"""
+import itertools
+import time
+
+from accumulator import CriticalBatchSchedule, training_state
+from training.config import AUTO_STEPS, PROBE_INTERVAL, PROBE_TOLERANCE
+
+
+def measured_schedule(config):
+    """The schedule ``--accumulate-step auto`` trains with: ``config``'s probe settings, or the tools' defaults.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> schedule = measured_schedule(TrainConfig(accumulate_step="auto", probe_interval=512))
+        >>> schedule.interval, schedule.tolerance, schedule.windows()
+        (512, 0.02, [1, 2, 4])
+    """
+    interval = PROBE_INTERVAL if config.probe_interval is None else config.probe_interval
+    tolerance = PROBE_TOLERANCE if config.probe_tolerance is None else config.probe_tolerance
+    return CriticalBatchSchedule(interval, *AUTO_STEPS, tolerance=tolerance)
+
+
+class _Until:
+    """The windows of ``windows`` up to the first window boundary at or past ``due`` samples seen.
+
+    ``seen`` is advanced by the caller as each window is trained (before the
+    next is drawn); ``exhausted`` tells whether the epoch's windows ran out.
+    """
+
+    def __init__(self, windows, due, step, seen):
+        self.windows, self.due, self.step, self.seen = windows, due, step, seen
+        self.exhausted, self.micro_batches = False, 0
+
+    def __iter__(self):
+        while self.due is None or self.seen < self.due or self.micro_batches % self.step:
+            window = next(self.windows, None)
+            if window is None:
+                self.exhausted = True
+                return
+            self.micro_batches += len(window)
+            yield window
+
+
+def held_out_loss(run, task, batch_size):
+    """``() -> float``: the loss per count (``Task.count``) on the first test batch of ``batch_size``, a fixed one.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.loop import build_run
+        >>> from training.task import toy_task
+        >>> loss = held_out_loss(build_run(TrainConfig(mode="pynative"), toy_task()), toy_task(), 4)
+        >>> loss() == loss() > 0
+        True
+    """
+    inputs, labels = next(iter(task.test_batches(batch_size)))
+    count = task.count(labels)
+
+    def loss():
+        return float(run.eval_step(inputs, labels)[0].asnumpy()) / count
+    return loss
+
+
+def train_probing(run, windows, train_windows, held_out, seen, config, probes):
+    """Trains ``windows`` as ``train_windows(windows)`` does, yielding the same, with the probes that fall due.
+
+    ``train_windows``: ``training.loop.train_on_windows`` bound to the run;
+    ``held_out()``: the held-out loss per count (``held_out_loss``);
+    ``seen``: what was counted before these windows, over all ranks. Each
+    probe's record (what had been seen, each branch's held-out loss, noise
+    scale and training seconds, the window chosen, the probe's seconds with
+    its snapshots and held-out losses) is appended to ``probes``.
+
+    Example: 32 micro-batches of 2 samples; the probe at the start trains 16 of them at N = 1, then N = 2,
+    whose held-out loss is past the tolerance: N = 4 is not tried, N stays 1, and the next probe would be at 64.
+        >>> from training.config import TrainConfig
+        >>> from training.loop import build_run, train_epoch
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", batch_size=2, accumulate_step="auto", probe_interval=64)
+        >>> stats = train_epoch(build_run(config, toy_task(64)), toy_task(64), config, epoch=1, progress=False)
+        >>> [(probe["seen"], sorted(probe["losses"]), probe["accumulate_step"]) for probe in stats["probes"]]
+        [(0, ['1', '2'], 1)]
+        >>> stats["samples"]
+        64
+    """
+    schedule, ranks = run.critical, config.ranks
+    windows = iter(windows)
+    while True:
+        segment = _Until(windows, schedule.next_probe(), schedule.current, seen)
+        for trained in train_windows(segment):
+            segment.seen += trained[1] * ranks
+            yield trained
+        seen = segment.seen
+        if segment.exhausted:
+            return
+        length = schedule.branch_length()
+        taken = _micro_batches(windows, length)
+        if not _whole(taken, length, config.batch_size):
+            yield from train_windows(itertools.chain(taken, windows))  # the epoch's end: the probe waits
+            return
+        trained = {}
+
+        def branch(window):
+            started = time.perf_counter()
+            trained[window] = list(train_windows(taken))
+            return time.perf_counter() - started
+
+        started = time.perf_counter()
+        seconds = {}
+        records = schedule.probe(training_state(run.net, run.optimizer, run.accumulator,
+                                                lr_scheduler=run.lr_scheduler),
+                                 lambda window: seconds.setdefault(window, branch(window)), held_out,
+                                 read=lambda: {"noise_scale": _noise_scale(run)})
+        kept = trained[schedule.current]
+        probes.append({**_record(seen, records, schedule.current, sum(output[1] for output in kept) / length, ranks),
+                       "branch_seconds": {str(window): value for window, value in seconds.items()},
+                       "seconds": time.perf_counter() - started})
+        for output in kept:
+            seen += output[1] * ranks
+            yield output
+
+
+def _micro_batches(windows, length):
+    """The next windows of ``windows`` holding ``length`` micro-batches, or fewer at the epoch's end."""
+    taken, held = [], 0
+    while held < length:
+        window = next(windows, None)
+        if window is None:
+            break
+        taken.append(window)
+        held += len(window)
+    return taken
+
+
+def _whole(taken, length, batch_size):
+    """True when ``taken`` holds exactly ``length`` micro-batches, each of ``batch_size``."""
+    sizes = [labels.shape[0] for window in taken for _, labels in window]
+    return len(sizes) == length and set(sizes) == {batch_size}
+
+
+def _noise_scale(run):
+    return run.accumulator.noise_scale if run.accumulator.noise is not None else None
+
+
+def _record(seen, records, window, per_micro_batch, ranks):
+    """A probe as the JSON log keeps it: what it compared, what it chose, and B_simple beside it.
+
+    ``critical_batch`` is the chosen window in what the task counts (samples
+    or tokens, over ranks); ``noise_scale`` B_simple as the largest branch
+    read it at its end, in the same unit; ``noise_over_critical`` their ratio.
+    """
+    largest = max(records)
+    noise = records[largest].get("noise_scale")
+    critical = window * ranks * per_micro_batch
+    return {"seen": seen, "losses": {str(w): r["loss"] for w, r in records.items()},
+            "noise_scales": {str(w): r.get("noise_scale") for w, r in records.items()},
+            "accumulate_step": window, "critical_batch": critical, "noise_scale": noise,
+            "noise_over_critical": None if noise is None else noise / critical}
