@@ -12,6 +12,7 @@ from accumulator.host_step import HostStep
 from accumulator.noise import NoiseTracker
 from accumulator.options import keyword_policies
 from accumulator.policy import HOOKS, takes_part
+from accumulator.runtime import block_on_cpu
 from accumulator.schedule import as_schedule
 from accumulator.sums import all_finite, on_cpu, squared_total
 
@@ -121,6 +122,9 @@ class Accumulator:
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
                  spike_factor=None, spike_warmup=10, track_noise=False, micro_batch_size=None, policies=()):
         _check_arguments(optimizer, reduction, grad_reducer, accumulate_dtype)
+        # Here, not at import: the device is chosen by now, and no graph of the library has run yet
+        # (docs/mindspore-behaviours.md#asynchronous-launch-slows-small-graphs-on-cpu).
+        block_on_cpu()
         self.schedule = as_schedule(accumulate_step)
         chosen = keyword_policies(reduction, clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup,
                                   track_noise, micro_batch_size) + list(policies)
