@@ -166,6 +166,10 @@ class Accumulator:
         """
         if not all(callable(getattr(policy, name, None)) for name in ("state_parameters", "window_tensors")):
             raise TypeError(f"a policy needs state_parameters() and window_tensors(), got {type(policy).__name__}")
+        shadowed = [hook for hook in HOOKS if hook in vars(policy)]
+        if shadowed:
+            raise TypeError(f"{type(policy).__name__} has an attribute named like the hook {shadowed[0]!r}: the hook "
+                            "names are the policy protocol (docs/policies.md#the-hooks), rename the attribute")
         self.policies.append(policy)
         for need in self.needs:
             self.needs[need] = self.needs[need] or getattr(policy, f"needs_{need}", False)
