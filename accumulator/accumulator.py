@@ -371,7 +371,7 @@ class Accumulator:
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
             >>> _ = accumulator.accumulate((Tensor([1.0]),))
-            >>> accumulator.end_window().asnumpy().tolist(), bool(accumulator.apply_window())    # applied, N, micro-batches
+            >>> accumulator.end_window().asnumpy().tolist(), bool(accumulator.apply_window())    # applied, N, size
             ([1, 4, 1], True)
         """
         # Read before the close resets it: a kernel; `* 1` is folded into a read of the reset Parameter.
