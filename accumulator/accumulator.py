@@ -86,7 +86,9 @@ class Accumulator:
     Call it with each micro-batch's gradients in your jitted step (or ``accumulate`` there and
     ``step()`` on the host). A full window is closed once: reduced, normalised, summarised, scaled
     by the policies' factors, applied unless a gate skips it, and cleared. With ``reduction="mean"``
-    it is divided by its micro-steps, or by the sum of the ``count``s of a summed loss.
+    it is divided by its micro-steps, or by the sum of the ``count``s of a summed loss. Every driver
+    (``window``, ``whole_batch``, ``cell``, ``host_step``) uses the public calls that
+    docs/how-it-works.md#the-window-protocol lists.
 
     Args:
         optimizer: an ``nn.Optimizer``, or an ``experimental.optim`` / ``mint.optim`` one.
@@ -264,8 +266,9 @@ class Accumulator:
         return self._update_if_ready()
 
     def accumulate(self, grads, count=None, last=None):
-        """Adds ``grads``, returns the position; ``step()`` or ``flush`` applies. ``last``: True for the window's
-        last micro-batch, for a policy that samples it; ``None``: the position decides (a branch, then).
+        """``add`` and ``count`` one micro-batch, returns the position; ``step()`` or ``flush`` applies. ``last``: True
+        for the window's last micro-batch, when a policy samples it (``samples_last``); ``None``: the position
+        decides (a branch, then).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
