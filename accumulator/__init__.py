@@ -16,14 +16,11 @@ ones, made exact), ``cell`` (``mindspore.train.Model``); ``state``
 ``checks``, ``files``, ``constants`` and ``layers`` are the argument checks,
 the atomic file write, the graphs' constants and the dropout/BatchNorm scan
 the rest shares (not exported: the tools take the checks and the write from
-``common``); ``runtime`` sets MindSpore's blocking launch on CPU when
-imported.
+``common``); ``runtime`` sets MindSpore's blocking launch on CPU at the
+first ``Accumulator``; ``deprecation`` warns once for a renamed name.
+Importing the package sets nothing in MindSpore.
 """
 __version__ = "0.2.0"  # the one source: setup.py reads it from here
-
-from accumulator.runtime import block_on_cpu
-
-block_on_cpu()  # before the first graph runs: MindSpore reads it then
 
 from accumulator.accumulator import Accumulator
 from accumulator.batchnorm import convert_batchnorm

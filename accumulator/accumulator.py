@@ -7,10 +7,12 @@ from accumulator import buffers
 from accumulator.buckets import Buckets
 from accumulator.checks import grads_match
 from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, state_parameter
+from accumulator.deprecation import deprecated
 from accumulator.host_step import HostStep
 from accumulator.noise import NoiseTracker
 from accumulator.options import keyword_policies
 from accumulator.policy import HOOKS, takes_part
+from accumulator.runtime import block_on_cpu
 from accumulator.schedule import as_schedule
 from accumulator.sums import all_finite, on_cpu, squared_total
 
@@ -84,7 +86,9 @@ class Accumulator:
     Call it with each micro-batch's gradients in your jitted step (or ``accumulate`` there and
     ``step()`` on the host). A full window is closed once: reduced, normalised, summarised, scaled
     by the policies' factors, applied unless a gate skips it, and cleared. With ``reduction="mean"``
-    it is divided by its micro-steps, or by the sum of the ``count``s of a summed loss.
+    it is divided by its micro-steps, or by the sum of the ``count``s of a summed loss. Every driver
+    (``window``, ``whole_batch``, ``cell``, ``host_step``) uses the public calls that
+    docs/how-it-works.md#the-window-protocol lists.
 
     Args:
         optimizer: an ``nn.Optimizer``, or an ``experimental.optim`` / ``mint.optim`` one.
@@ -120,6 +124,9 @@ class Accumulator:
                  skip_nonfinite=True, loss_scaler=None, grad_reducer=None, accumulate_dtype=None,
                  spike_factor=None, spike_warmup=10, track_noise=False, micro_batch_size=None, policies=()):
         _check_arguments(optimizer, reduction, grad_reducer, accumulate_dtype)
+        # Here, not at import: the device is chosen by now, and no graph of the library has run yet
+        # (docs/mindspore-behaviours.md#asynchronous-launch-slows-small-graphs-on-cpu).
+        block_on_cpu()
         self.schedule = as_schedule(accumulate_step)
         chosen = keyword_policies(reduction, clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup,
                                   track_noise, micro_batch_size) + list(policies)
@@ -162,6 +169,10 @@ class Accumulator:
         """
         if not all(callable(getattr(policy, name, None)) for name in ("state_parameters", "window_tensors")):
             raise TypeError(f"a policy needs state_parameters() and window_tensors(), got {type(policy).__name__}")
+        shadowed = [hook for hook in HOOKS if hook in vars(policy)]
+        if shadowed:
+            raise TypeError(f"{type(policy).__name__} has an attribute named like the hook {shadowed[0]!r}: the hook "
+                            "names are the policy protocol (docs/policies.md#the-hooks), rename the attribute")
         self.policies.append(policy)
         for need in self.needs:
             self.needs[need] = self.needs[need] or getattr(policy, f"needs_{need}", False)
@@ -177,6 +188,56 @@ class Accumulator:
             True
         """
         return next((policy for policy in self.policies if isinstance(policy, kind)), None)
+
+    @property
+    def samples_last(self):
+        """True when a policy samples the window's last micro-batch (``track_noise=True``): a driver that does not
+        count in the graph tells ``accumulate`` which micro-batch is last (``last``), or the graph branches on it.
+
+        Example:
+            >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4, track_noise=True).samples_last
+            True
+        """
+        return bool(self.hooks["sample_last"])
+
+    @property
+    def drops_micro_batches(self):
+        """True when a policy may leave a micro-batch out of the sum (``skip_nonfinite="micro_batch"``): a driver
+        that counts a run of micro-batches at once counts what ``add`` kept (``kept_share``).
+
+        Example:
+            >>> Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4,
+            ...             skip_nonfinite="micro_batch").drops_micro_batches
+            True
+        """
+        return bool(self.hooks["keep"])
+
+    @property
+    def loss_scale(self):
+        """The scale the gradients carry (a ``loss_scaler``'s Parameter), for a driver that scales a loss of its
+        own making; None when no policy unscales the window.
+
+        Example:
+            >>> scaler = ms.amp.StaticLossScaler(1024.0)
+            >>> float(Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4, loss_scaler=scaler).loss_scale)
+            1024.0
+        """
+        scale = None
+        for policy in self.hooks["unscale"]:
+            scale = _product(getattr(policy, "loss_scale", None), scale)
+        return scale
+
+    def next_ends_window(self):
+        """True when the next micro-batch ``step()`` counts ends the window: its count on the host, no read from
+        the device. For ``accumulate``'s ``last`` in a loop driven by ``step()``.
+
+        Example:
+            >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
+            >>> _ = accumulator.accumulate((Tensor([1.0]),))
+            >>> accumulator.step(), accumulator.next_ends_window()
+            (False, True)
+        """
+        return self.host.next_ends_window()
 
     def state_parameters(self):
         """Every Parameter of the state, the policies' included, for checkpoints.
@@ -207,8 +268,9 @@ class Accumulator:
         return self._update_if_ready()
 
     def accumulate(self, grads, count=None, last=None):
-        """Adds ``grads``, returns the position; ``step()`` or ``flush`` applies. ``last``: True for the window's
-        last micro-batch, for a policy that samples it; ``None``: the position decides (a branch, then).
+        """``add`` and ``count`` one micro-batch, returns the position; ``step()`` or ``flush`` applies. ``last``: True
+        for the window's last micro-batch, when a policy samples it (``samples_last``); ``None``: the position
+        decides (a branch, then).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
@@ -263,18 +325,36 @@ class Accumulator:
         ops.assign_add(self.weight_total, ops.cast(steps if weight is None else weight, ms.float32))
         return ops.assign_add(self.micro_step, micro_steps)
 
-    def tally(self, tally, count, kept):
-        """``(steps, weight)`` with one more micro-batch ``add`` may have kept: ``count``'s for a loop.
+    def kept_share(self, count, kept):
+        """``(steps, weight)`` one micro-batch adds to the window's count when ``add`` returned ``kept`` for it:
+        1 and its ``count`` (None without one) when kept, 0 and 0 when left out. A loop sums these and passes them
+        to ``count`` once (``accumulator.window``).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
-            >>> [float(x) for x in accumulator.tally((ZERO_INT, ZERO_FLOAT), Tensor(5.0), Tensor(True))]
+            >>> [float(x) for x in accumulator.kept_share(Tensor(5.0), Tensor(True))]
+            [1.0, 5.0]
+            >>> [float(x) for x in accumulator.kept_share(Tensor(5.0), Tensor(False))]
+            [0.0, 0.0]
+        """
+        weight = None if count is None else ops.cast(count, ms.float32) * kept.astype(ms.float32)
+        return kept.astype(ms.int32), weight
+
+    def tally(self, tally, count, kept):
+        """Deprecated: add ``kept_share(count, kept)`` to ``tally`` yourself (the same numbers).
+
+        Example:
+            >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     [float(x) for x in accumulator.tally((ZERO_INT, ZERO_FLOAT), Tensor(5.0), Tensor(True))]
             [1.0, 5.0]
         """
+        deprecated("Accumulator.tally", "Accumulator.kept_share")
         steps, weight = tally
-        if count is not None:
-            weight = weight + ops.cast(count, ms.float32) * kept.astype(ms.float32)
-        return steps + kept.astype(ms.int32), weight
+        share, share_weight = self.kept_share(count, kept)
+        return steps + share, weight if share_weight is None else weight + share_weight
 
     def flush(self):
         """Applies a partial window now (an epoch's end), normalised by what it holds; an empty one does nothing.
@@ -285,33 +365,45 @@ class Accumulator:
             (False, True, False)
         """
         # No `if` on emptiness; cleared after the update, so the update scales them as it hands them over.
-        grads, factor = self._close_window(self.micro_step > 0, write_back=False)
+        grads, factor, _ = self._closed(self.micro_step > 0)
         updated = self._update_if_ready(grads, factor, clear=False)
         buffers.clear(self.buffers)
         return updated
 
     def end_window(self):
-        """``step()``'s first stage: closes the window; returns int32 ``[applied, next N, micro-batches held]``.
+        """``step()``'s first stage: closes the window; returns int32 ``[applied, next N, micro-batches in it]``.
 
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
             >>> _ = accumulator.accumulate((Tensor([1.0]),))
-            >>> accumulator.end_window().asnumpy().tolist(), bool(accumulator.apply_window())    # applied, N, held
+            >>> accumulator.end_window().asnumpy().tolist(), bool(accumulator.apply_window())    # applied, N, size
             ([1, 4, 1], True)
         """
         # Read before the close resets it: a kernel; `* 1` is folded into a read of the reset Parameter.
-        held = ops.maximum(self.micro_step, ZERO_INT)
+        micro_batches = ops.maximum(self.micro_step, ZERO_INT)
         applied = self._close_window()
         # `* 1`: op by op, Stack takes no Parameter; in a graph it reads N as the close left it.
-        return ops.stack((applied.astype(ms.int32), self.accumulate_step * 1, held))
+        return ops.stack((applied.astype(ms.int32), self.accumulate_step * 1, micro_batches))
 
     def apply_window(self):
         """``step()``'s second stage: the update of a window ``end_window`` applied (see its example)."""
         return self._update()
 
-    def _close_window(self, nonempty=None, write_back=True):
-        """Reduce, summarise, the policies' factors, gates and ends, the counters; ``nonempty``: False for
-        an empty window. ``write_back`` scales the buffers for the update (0 if skipped); else returns them."""
+    def _close_window(self):
+        """Closes a full window in place: its stages, then the buffers scaled into the update's gradient
+        (by 0 when a gate skipped it); returns ``applied``, a bool Tensor."""
+        grads, factor, applied = self._closed(None)
+        if self.hooks["gate"]:
+            # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
+            factor = ops.select(applied, ONE_FLOAT if factor is None else factor, ZERO_FLOAT)
+        if factor is not None or self.grad_reducer is not None:
+            buffers.scale_into(self.buffers, grads, factor)
+        return applied
+
+    def _closed(self, nonempty):
+        """The close's stages: reduce, summarise, the policies' factors, gates and ends, the counters reset.
+        ``nonempty``: None for a full window, else a bool Tensor (False: nothing in it). Returns ``(grads, factor,
+        applied)``: the reduced sums, what the update multiplies them by (None: nothing) and whether it runs."""
         grads, total, tensors = _reduced(self.buffers, self.weight_total, self.hooks["close_window"], self.grad_reducer)
         factor = 1.0 / total if self.reduction == "mean" else None
         unscale = ONE_FLOAT
@@ -332,21 +424,12 @@ class Accumulator:
         if self.hooks["gate"] or nonempty is not None:
             ops.assign_add(self.skipped_windows, ops.logical_and(ops.logical_not(applied), window["nonempty"])
                            .astype(ms.int32))
-            if write_back:
-                # select, not factor * applied: an empty window's factor is 1/0, and inf * 0 is NaN.
-                factor = ops.select(applied, ONE_FLOAT if factor is None else factor, ZERO_FLOAT)
-        if write_back and factor is not None:
-            buffers.scale_into(self.buffers, grads, factor)
-        elif write_back and self.grad_reducer is not None:
-            buffers.scale_into(self.buffers, grads, None)
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
         if self.schedule.fixed_step is None:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
-        if not write_back:
-            return grads, factor
-        return applied
+        return grads, factor, applied
 
     def _update_if_ready(self, grads=None, factor=None, clear=True):
         # A sibling of the closing branch, not inside it (docs/mindspore-behaviours.md#a-data-dependent-if-inside-another-leaks-host-memory).
@@ -389,8 +472,8 @@ class Accumulator:
         # Not one helper returning (kept, position): that dropped add()'s writes (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
         if not self.hooks["keep"]:
             return self.count(ONE_INT, count)
-        steps, weight = self.tally((ZERO_INT, ZERO_FLOAT), count, kept)
-        return self.count(ONE_INT, None if count is None else weight, steps)
+        steps, weight = self.kept_share(count, kept)
+        return self.count(ONE_INT, weight, steps)
 
     def _sample_last(self, flats, count, kept):  # after the window's last micro-batch is added and counted
         for policy in self.hooks["sample_last"]:

@@ -70,7 +70,8 @@ class _WindowMoments(Policy):
         self.momentum = float(layer.momentum)
         self.row = Tensor(np.eye(ranks, dtype=np.float32)[rank])
         zeros = np.zeros(layer.num_features, np.float32)
-        self.count = _state(0.0, prefix + "window_count")
+        # Not `self.count`: that is a hook's name (accumulator.policy); the Parameter keeps its name.
+        self.samples = _state(0.0, prefix + "window_count")
         self.shift = _state(zeros, prefix + "window_shift")
         self.mean = _state(zeros, prefix + "window_mean")
         self.m2 = _state(zeros, prefix + "window_m2")
@@ -97,25 +98,25 @@ class _WindowMoments(Policy):
         # to 1.5e-5, but x - mean is exact, and so is its mean, nearly.
         correction = ops.mean(x - mean.reshape((1, -1) + (1,) * (x.ndim - 2)), axes)
         m2 = self.batch_variance * (count - 1.0)
-        shift = ops.where(self.count > 0, self.shift, mean)
+        shift = ops.where(self.samples > 0, self.shift, mean)
         # Exact while mean and shift are within a factor 2 (Sterbenz), as
         # the means of one channel far from 0 are; near 0 little is lost.
         offset = (mean - shift) + correction
-        total = self.count + count
+        total = self.samples + count
         delta = offset - self.mean
         new_mean = self.mean + delta * (count / total)
-        new_m2 = self.m2 + m2 + delta * delta * (self.count * count / total)
+        new_m2 = self.m2 + m2 + delta * delta * (self.samples * count / total)
         ops.assign(self.shift, shift)
         ops.assign(self.mean, new_mean)
         ops.assign(self.m2, new_m2)
-        return ops.assign(self.count, total)
+        return ops.assign(self.samples, total)
 
     def state_parameters(self):
-        return [self.count, self.shift, self.mean, self.m2]
+        return [self.samples, self.shift, self.mean, self.m2]
 
     def window_tensors(self):
         column = self.row.reshape((-1, 1))
-        return (self.row * self.count, column * self.shift, column * self.mean, self.m2)
+        return (self.row * self.samples, column * self.shift, column * self.mean, self.m2)
 
     def close_window(self, tensors, window):
         counts, shifts, offsets, m2 = tensors

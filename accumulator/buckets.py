@@ -6,8 +6,8 @@ window's scale, clear, norm and finiteness check, the AllReduce) cost a
 kernel per tensor (docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch). As DDP, DeepSpeed and
 Megatron do, parameters of one buffer dtype are packed, in order, into flat
 buckets of at most ``cap`` elements: a micro-step adds its gradients with one
-concat and one ``AssignAdd`` per bucket. A parameter larger than ``cap`` or
-``ALONE`` keeps a buffer of its own shape, so no concat copies it. The optimizer gets
+concat and one ``AssignAdd`` per bucket. A parameter of more elements than
+``cap`` or ``MAX_PACKED_PARAMETER_ELEMENTS`` keeps a buffer of its own shape, so no concat copies it. The optimizer gets
 per-parameter gradients back from ``split``.
 """
 from typing import Sequence, Tuple
@@ -18,16 +18,35 @@ from mindspore import Parameter, ParameterTuple, ops
 from mindspore.common.initializer import initializer
 
 from accumulator import capabilities
+from accumulator.deprecation import deprecated
 
 # SplitWithSize is missing from some releases (docs/mindspore-behaviours.md#versions): then each piece is a Slice.
 _split_with_size = None if capabilities.SplitWithSize is None else capabilities.SplitWithSize()
 _slice = ops.Slice()
-# Elements per packed bucket: 4 MB of float32, so a micro-step's concat copy stays small.
-CAP = 1 << 20
-# A parameter above this many elements keeps its own buffer: its kernels' launch is small beside their
-# work, and packing it would copy it in a concat every micro-step
+# The most elements one packed bucket holds, so a micro-step's concat copy stays small (docs/how-it-works.md#the-state).
+MAX_BUCKET_ELEMENTS = 1 << 20
+# The most elements a parameter may have and still be packed with others: a larger one keeps its own buffer, as its
+# kernels' launch is small beside their work and packing it would copy it in a concat every micro-step
 # (docs/mindspore-behaviours.md#a-kernel-per-tensor-what-a-micro-step-and-a-window-launch).
-ALONE = 1 << 16
+MAX_PACKED_PARAMETER_ELEMENTS = 1 << 16
+_RENAMED = {"CAP": "MAX_BUCKET_ELEMENTS", "ALONE": "MAX_PACKED_PARAMETER_ELEMENTS"}
+
+
+def __getattr__(name):
+    """The old names ``CAP`` and ``ALONE``, deprecated.
+
+    Example:
+        >>> import warnings
+        >>> from accumulator import buckets
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     buckets.CAP == buckets.MAX_BUCKET_ELEMENTS
+        True
+    """
+    if name not in _RENAMED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    deprecated(f"accumulator.buckets.{name}", f"accumulator.buckets.{_RENAMED[name]}")
+    return globals()[_RENAMED[name]]
 
 
 def _flat(tensor, dtype):
@@ -39,8 +58,8 @@ def _flat(tensor, dtype):
 def _sliced(flat, sizes, offsets):
     """``flat`` cut into pieces of ``sizes``, a Slice each: where the release has no SplitWithSize kernel.
 
-    A loop adding to a tuple, not a list comprehension: 128 pieces compile in about 2 s on MindSpore 2.7's CPU
-    against 7 s (docs/mindspore-behaviours.md#versions).
+    A loop adding to a tuple, not a list comprehension: the comprehension compiles far slower on MindSpore 2.7's
+    CPU (docs/mindspore-behaviours.md#versions).
     """
     pieces = ()
     for offset, size in zip(offsets, sizes):
@@ -52,7 +71,7 @@ def _groups(sizes, dtypes, cap):
     """Parameter indices per bucket: each dtype's parameters in order, packed up to ``cap`` elements."""
     groups, open_group = [], {}
     for index, (size, dtype) in enumerate(zip(sizes, dtypes)):
-        if size > min(cap, ALONE):
+        if size > min(cap, MAX_PACKED_PARAMETER_ELEMENTS):
             groups.append([index])
             continue
         group = open_group.get(dtype)
@@ -85,7 +104,8 @@ class Buckets:
         [(2, 3), (2,)]
     """
 
-    def __init__(self, parameters: Sequence[Parameter], dtypes: Sequence[ms.dtype.Type], cap: int = CAP) -> None:
+    def __init__(self, parameters: Sequence[Parameter], dtypes: Sequence[ms.dtype.Type],
+                 cap: int = MAX_BUCKET_ELEMENTS) -> None:
         shapes = [tuple(p.shape) for p in parameters]
         sizes = [int(np.prod(shape)) for shape in shapes]
         self.groups = _groups(sizes, list(dtypes), cap)

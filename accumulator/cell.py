@@ -73,8 +73,8 @@ class AccumulationTrainCell(nn.Cell):
         if boolean(counts, "counts"):
             accumulator.check_counts()
         # By identity: two networks' parameters share their names ("weight", "bias").
-        held = {id(param) for param in network.get_parameters()}
-        foreign = [param.name for param in accumulator.optimizer.parameters if id(param) not in held]
+        network_params = {id(param) for param in network.get_parameters()}
+        foreign = [param.name for param in accumulator.optimizer.parameters if id(param) not in network_params]
         if foreign:
             raise ValueError(f"AccumulationTrainCell: the optimizer holds {len(foreign)} parameters the network does "
                              f"not (first {foreign[:3]}), which nothing would train: build the optimizer over this "

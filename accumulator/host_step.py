@@ -19,17 +19,26 @@ from mindspore import nn
 # (docs/mindspore-behaviours.md#a-cell-compiles-without-running-a-jitted-function-cannot); jitted in PyNative
 # mode too, as a window applied op by op would gain nothing.
 class _Stage(nn.Cell):
-    """``close``: ``accumulator.end_window()``; otherwise ``accumulator.apply_window()``."""
+    """One of ``step()``'s two compiled calls on ``accumulator``."""
 
-    def __init__(self, accumulator, close):
+    def __init__(self, accumulator):
         super().__init__(auto_prefix=False)
         self.accumulator = accumulator
-        self.close = close
+
+
+class _EndWindow(_Stage):
+    """``accumulator.end_window()``: the first stage."""
 
     @ms.jit
     def construct(self):
-        if self.close:  # a Python bool: decided when the graph is built
-            return self.accumulator.end_window()
+        return self.accumulator.end_window()
+
+
+class _ApplyWindow(_Stage):
+    """``accumulator.apply_window()``: the second stage."""
+
+    @ms.jit
+    def construct(self):
         return self.accumulator.apply_window()
 
 
@@ -73,15 +82,22 @@ class HostStep:
                 return False
             counted, self.position = self.position, 0
         close, update = self._stages()
-        applied, self.size, held = close().asnumpy().tolist()  # the window's one read
-        if counted is not None and held != counted:
-            warnings.warn(f"step() applied a window of {held} micro-batches where it counted {counted}: call it "
+        applied, self.size, micro_batches = close().asnumpy().tolist()  # the window's one read
+        if counted is not None and micro_batches != counted:
+            warnings.warn(f"step() applied a window of {micro_batches} micro-batches where it counted {counted}: call it "
                           "once after each accumulate(), and host.sync_position() after changing the state another way",
                           stacklevel=3)
         if not applied:
             return False
         update()
         return True
+
+    def next_ends_window(self):
+        """True when the next micro-batch ``step()`` counts ends the window (``Accumulator.next_ends_window``).
+
+        Example: ``Accumulator.next_ends_window``'s.
+        """
+        return self.position + 1 >= self.size
 
     def sync_position(self):
         """Sets the count from the state, as ``load_checkpoint`` does; call it after changing the state any other way.
@@ -117,5 +133,5 @@ class HostStep:
 
     def _stages(self):
         if self.stages is None:
-            self.stages = (_Stage(self.accumulator, close=True), _Stage(self.accumulator, close=False))
+            self.stages = (_EndWindow(self.accumulator), _ApplyWindow(self.accumulator))
         return self.stages

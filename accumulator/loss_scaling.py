@@ -30,7 +30,13 @@ class LossScaling(Policy):
         if not isinstance(scaler, ms.amp.LossScaler):
             raise TypeError(f"loss_scaler must be a mindspore.amp.LossScaler, got {type(scaler).__name__}")
         self.scaler = scaler
-        self.held = [getattr(scaler, name) for name in ("scale_value", "counter") if hasattr(scaler, name)]
+        # What adjust() may change: put back after an empty window.
+        self.scaler_state = [getattr(scaler, name) for name in ("scale_value", "counter") if hasattr(scaler, name)]
+
+    @property
+    def loss_scale(self):
+        """The scale the gradients carry: ``Accumulator.loss_scale`` reads it."""
+        return self.scaler.scale_value
 
     def unscale(self):
         return 1.0 / self.scaler.scale_value
@@ -39,8 +45,8 @@ class LossScaling(Policy):
         return window["finite"]
 
     def close_window(self, tensors, window):
-        before = [value * 1 for value in self.held]
+        before = [value * 1 for value in self.scaler_state]
         self.scaler.adjust(window["finite"])
         # An empty window is neither a good step nor an overflow: put back what adjust changed.
-        for value, old in zip(self.held, before):
+        for value, old in zip(self.scaler_state, before):
             ops.assign(value, ops.select(window["nonempty"], value, old))

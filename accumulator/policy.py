@@ -1,8 +1,11 @@
 """What a window policy is: one optional behaviour of the Accumulator, as one small object.
 
 The Accumulator's core sums micro-batches and closes each window in fixed
-stages (``Accumulator.end_window``); a policy takes part in the stages it
-defines, and the core calls only those. Clipping, loss scaling, non-finite
+stages, whichever public call closes it (``Accumulator.end_window``, which
+``step()`` runs, ``Accumulator.flush`` or the in-graph call:
+docs/how-it-works.md#the-window-protocol); a policy takes part in the stages
+it defines, and the core calls only those. No other attribute of a policy may
+bear a hook's name (``attach`` refuses it). Clipping, loss scaling, non-finite
 and spike skipping, noise tracking and BatchNorm's window statistics are
 each one policy, in a module of their own; write your own by subclassing
 ``Policy`` (docs/policies.md).

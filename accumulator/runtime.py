@@ -1,10 +1,12 @@
-"""The MindSpore runtime setting the library needs on CPU, made when ``accumulator`` is imported.
+"""The MindSpore runtime setting the library needs on CPU, made by the first ``Accumulator``.
 
 MindSpore 2.10 launches kernels asynchronously by default. On a CPU that
 makes graphs without control flow, such as the micro-step that
-``accumulate(grads)`` builds, several times slower, and
-``MS_DEV_HOST_BLOCKING_RUN=1`` avoids it; MindSpore reads the variable when
-its first operation runs, not when it is imported
+``accumulate(grads)`` builds, slower, and ``MS_DEV_HOST_BLOCKING_RUN=1``
+avoids it; MindSpore reads the variable when its first operation runs, not
+when it is imported. The library decides it when an ``Accumulator`` is
+made, not at import: by then a script has chosen its device, and none of
+the library's graphs has run
 (docs/mindspore-behaviours.md#asynchronous-launch-slows-small-graphs-on-cpu).
 """
 import logging
@@ -20,8 +22,8 @@ logger = logging.getLogger("accumulator")
 def block_on_cpu(environ=os.environ):
     """Sets ``MS_DEV_HOST_BLOCKING_RUN=1`` in ``environ`` on a CPU when it is not set; True when it set it.
 
-    Importing ``accumulator`` calls it, and logs one line (level INFO) when
-    it sets the variable. A value you set yourself is kept: ``0`` keeps the
+    Every ``Accumulator`` calls it as it is made; it logs one line (level
+    INFO) when it sets the variable, so once a process. A value you set yourself is kept: ``0`` keeps the
     asynchronous launch. On GPU and Ascend, where the asynchronous launch
     is what overlaps the host with the device, nothing is set.
 

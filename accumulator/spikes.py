@@ -31,7 +31,8 @@ class SkipSpikes(Policy):
     def __init__(self, factor, warmup=10):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 < factor < float("inf"):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {factor!r}")
-        self.factor = float(factor)
+        # Not `self.factor`: that is a hook's name (accumulator.policy).
+        self.spike_factor = float(factor)
         self.warmup = max(non_negative_int(warmup, "spike_warmup"), 1)
         self.norm_average = state_parameter(0.0, ms.float32, "norm_average")
         self.norm_windows = state_parameter(0, ms.int32, "norm_windows")
@@ -42,7 +43,7 @@ class SkipSpikes(Policy):
     def gate(self, window):
         windows = self.norm_windows.astype(ms.float32)
         average = self.norm_average / (1 - ops.pow(Tensor(NORM_DECAY, ms.float32), windows))
-        spike = ops.logical_and(self.norm_windows >= self.warmup, window["norm"] > self.factor * average)
+        spike = ops.logical_and(self.norm_windows >= self.warmup, window["norm"] > self.spike_factor * average)
         return ops.logical_not(spike)
 
     def close_window(self, tensors, window):

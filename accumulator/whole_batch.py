@@ -28,9 +28,6 @@ from mindspore.communication import GlobalComm, get_rank
 
 from accumulator.accumulator import Accumulator
 from accumulator.layers import active_dropouts, batch_statistics_norms
-from accumulator.loss_scaling import LossScaling
-from accumulator.nonfinite import SkipNonFiniteMicroBatches
-
 
 
 class AllGatherRepresentations:
@@ -102,13 +99,14 @@ def _jit_representation_grads(loss_fn, accumulator):
     # Counts weigh each micro-batch under "mean", so the pieces become summed-loss
     # gradients: the accumulator's division by the window's samples cancels this factor.
     per_sample = accumulator.reduction == "mean"
-    loss_scaling = accumulator.find(LossScaling)
+    # The pieces carry the loss scale the accumulator unscales the window by, as a scaled loss's gradients do.
+    loss_scale = accumulator.loss_scale
 
     def scaled_loss(representations):
         loss = loss_fn(*representations)
         scaled = loss * representations[0].shape[0] if per_sample else loss
-        if loss_scaling is not None:
-            scaled = scaled * loss_scaling.scaler.scale_value
+        if loss_scale is not None:
+            scaled = scaled * loss_scale
         return scaled, loss
 
     grad_fn = ms.value_and_grad(scaled_loss, 0, has_aux=True)
@@ -207,8 +205,9 @@ def make_whole_batch_step(encoder: Callable, loss_fn: Callable, accumulator: Acc
         raise TypeError(f"loss_fn must be a function of the window's representations, got {loss_fn!r}")
     if not isinstance(accumulator, Accumulator):
         raise TypeError(f"accumulator must be an accumulator.Accumulator, got {type(accumulator).__name__}")
-    if accumulator.find(SkipNonFiniteMicroBatches) is not None:
-        raise ValueError("make_whole_batch_step needs skip_nonfinite=True or False, got 'micro_batch': leaving out "
+    if accumulator.drops_micro_batches:
+        raise ValueError("make_whole_batch_step needs an accumulator that keeps every micro-batch, got one whose "
+                         "policies may drop some (skip_nonfinite='micro_batch'; use True or False): leaving out "
                          "one micro-batch's piece of the whole-window loss's gradient applies a gradient of nothing")
     if network is None and isinstance(encoder, nn.Cell):
         network = encoder
@@ -222,7 +221,7 @@ def make_whole_batch_step(encoder: Callable, loss_fn: Callable, accumulator: Acc
     # Only a policy that samples the window's last micro-batch (track_noise=True) needs it on its own (a second compile per shape).
     backward = _jit_backward(encoder, accumulator, last=False)
     backwards = {False: backward,
-                 True: _jit_backward(encoder, accumulator, last=True) if accumulator.hooks["sample_last"] else backward}
+                 True: _jit_backward(encoder, accumulator, last=True) if accumulator.samples_last else backward}
     flush = ms.jit(accumulator.flush)
     weighs = accumulator.reduction == "mean"
 

@@ -31,7 +31,9 @@ def _add(accumulator, grads, counts, i, tally):
 def _add_and_tally(accumulator, grads, counts, i, tally):
     """Adds, and tallies the micro-steps (and counts) ``add`` kept: for a policy that may leave one out."""
     count = None if counts is None else counts[i]
-    return accumulator.tally(tally, count, accumulator.add(grads, count))
+    steps, weight = tally
+    kept_steps, kept_weight = accumulator.kept_share(count, accumulator.add(grads, count))
+    return steps + kept_steps, weight if kept_weight is None else weight + kept_weight
 
 
 def _count(accumulator, micro_steps, counts, tally, last):
@@ -53,10 +55,10 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     micro-batch's gradients are alive at a time; a Python ``for`` would be
     unrolled and keep them all (memory grows with N). ``micro_steps`` comes in as a
     Tensor argument so the bound is never a constant the compiler could
-    fold into an unrolled loop (a shape-derived bound was also measured
-    flat in MindSpore 2.10, but nothing promises it stays so). The window's
-    micro-steps and weight are counted once, after the loop, except what
-    a ``keep`` policy (``skip_nonfinite="micro_batch"``) keeps, which ``add`` tallies in the loop.
+    fold into an unrolled loop: nothing promises a shape-derived bound stays
+    a loop (docs/window-step.md#why-the-loop-is-shaped-so). The window's
+    micro-steps and weight are counted once, after the loop, except when a
+    policy drops micro-batches (``skip_nonfinite="micro_batch"``): then the loop tallies what ``add`` kept.
     The losses are summed, not stored one by one: a write per micro-batch costs time
     (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     ``last``: the final micro-batch ends the window and is the one
@@ -83,7 +85,7 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
 def _jit_loop(grad_fn, accumulator, apply, last):
     # Chosen in Python: a constant `if` in the graph's while loop miscompiled
     # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
-    if accumulator.hooks["keep"]:
+    if accumulator.drops_micro_batches:
         add, count = _add_and_tally, _count_kept
     else:
         add, count = _add, _count
@@ -215,7 +217,7 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
     accumulate_step = accumulator.schedule.fixed_step
     # Only a policy that samples the last micro-batch (track_noise=True) needs it on its own; a loop
     # body written twice costs compile time.
-    last = bool(accumulator.hooks["sample_last"])
+    last = accumulator.samples_last
     apply_loop = _jit_loop(grad_fn, accumulator, apply=True, last=last)
     add_loops = {False: _jit_loop(grad_fn, accumulator, apply=False, last=False),
                  True: _jit_loop(grad_fn, accumulator, apply=False, last=last)}

@@ -6,6 +6,13 @@ tests, which never do, import no tool.
 import mindspore as ms
 import pytest
 
+from accumulator.runtime import block_on_cpu
+
+# The library sets the CPU's blocking launch at its first Accumulator; a test's eager operation before that
+# would keep the asynchronous launch for the whole process, so the suite sets it first
+# (docs/how-it-works.md#the-cpu-launch-setting).
+block_on_cpu()
+
 SYNTHETIC_TRAIN = 200
 SYNTHETIC_TEST = 100
 

@@ -1,5 +1,6 @@
 """The Accumulator equals the large batch, step for step: first two cases checkable by hand, then the comparisons."""
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -51,6 +52,20 @@ def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
     assert not bool(step(gradient(2.0), Tensor(1.0, ms.float32)))
     assert bool(step(gradient(12.0), Tensor(3.0, ms.float32)))
     assert w.asnumpy().tolist() == [-3.5]                               # 0 - 1 * (2 + 12) / (1 + 3)
+
+
+def test_the_old_tally_adds_kept_share_to_its_tally_and_warns_once(monkeypatch):
+    from accumulator import deprecation
+    monkeypatch.setattr(deprecation, "warned", set())
+    accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 1.0), 2)
+    tally = (Tensor(2, ms.int32), Tensor(7.0))
+    with pytest.warns(DeprecationWarning, match="Accumulator.tally is deprecated .*Accumulator.kept_share"):
+        kept = accumulator.tally(tally, Tensor(5.0), Tensor(True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dropped = accumulator.tally(tally, Tensor(5.0), Tensor(False))
+    assert [float(x) for x in kept + dropped] == [3.0, 12.0, 2.0, 7.0]      # 2 + 1 steps, 7 + 5; a dropped one adds 0
+
 
 # N is a state Parameter, not a constant of the graph: every N compiles the same step. 4 holds several micro-steps
 # back per window, 1 closes every one; a third N would run the same graph on other values.

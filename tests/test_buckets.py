@@ -1,11 +1,13 @@
 """The bucket layout: packing by dtype up to a cap, and an exact round trip through the graph."""
+import warnings
+
 import numpy as np
 import pytest
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn
 
 from accumulator import Accumulator, SkipNonFiniteMicroBatches
-from accumulator.buckets import ALONE, CAP, Buckets
+from accumulator.buckets import MAX_BUCKET_ELEMENTS, MAX_PACKED_PARAMETER_ELEMENTS, Buckets
 from accumulator.state import load_checkpoint, training_state
 from helpers import SPLIT_PIECES, split_round_trip
 
@@ -48,7 +50,8 @@ def test_flatten_then_split_gives_back_every_gradient_exactly_in_a_graph(count):
 
 # ---------------------------------------------------------------- the accumulator over every bucket
 # Parameters laid out to fill three buckets: a packed one (small.a and mid.0-14, 983,048 elements), one
-# of its own (large, over ALONE) and a second packed one (mid.15 does not fit the first under CAP).
+# of its own (large, over MAX_PACKED_PARAMETER_ELEMENTS) and a second packed one (mid.15 does not fit the first
+# under MAX_BUCKET_ELEMENTS).
 # Expectations come from NumPy or from a plain optimizer call, never from the Accumulator at N=1.
 LAYOUT = [("small.a", (8,)), ("large", (300, 256))] + [(f"mid.{i}", (256, 256)) for i in range(16)] + [
     ("small.b", (5, 3))]
@@ -92,7 +95,8 @@ def _weights(params):
 def test_the_layout_fills_three_buckets_one_of_them_a_parameter_over_alone():
     params = _layout_parameters()
     assert Buckets(params, [ms.float32] * len(params)).groups == BUCKETS
-    assert params[1].size > ALONE and sum(params[i].size for i in BUCKETS[0]) + params[17].size > CAP
+    assert params[1].size > MAX_PACKED_PARAMETER_ELEMENTS
+    assert sum(params[i].size for i in BUCKETS[0]) + params[17].size > MAX_BUCKET_ELEMENTS
 
 
 def test_each_buffer_holds_one_micro_batch_of_known_gradients_once():
@@ -210,3 +214,15 @@ def test_a_checkpoint_with_one_buffer_per_parameter_loads_into_every_bucket(tmp_
     for name, got, expected in zip([name for name, _ in LAYOUT], _weights(accumulator.optimizer.parameters),
                                    uninterrupted):
         np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+def test_the_old_names_cap_and_alone_still_read_and_warn_once(monkeypatch):
+    from accumulator import buckets, deprecation
+    monkeypatch.setattr(deprecation, "warned", set())
+    with pytest.warns(DeprecationWarning, match="accumulator.buckets.CAP is deprecated .*MAX_BUCKET_ELEMENTS"):
+        assert buckets.CAP == MAX_BUCKET_ELEMENTS == 1 << 20
+    with pytest.warns(DeprecationWarning, match="ALONE is deprecated .*MAX_PACKED_PARAMETER_ELEMENTS"):
+        assert buckets.ALONE == MAX_PACKED_PARAMETER_ELEMENTS == 1 << 16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert buckets.CAP == MAX_BUCKET_ELEMENTS     # once: the second read says nothing

@@ -54,3 +54,45 @@ def test_an_object_without_the_protocol_is_refused():
     accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 1.0), 2)
     with pytest.raises(TypeError, match="a policy needs state_parameters\\(\\) and window_tensors\\(\\), got object"):
         accumulator.attach(object())
+
+
+class GateBelowTotal:
+    """A policy as a plain class: neither a Policy subclass nor an ms.jit_class. Closes windows of total < 3."""
+
+    def __init__(self):
+        self.closed = Parameter(Tensor(0, ms.int32), name="below.closed", requires_grad=False)
+
+    def state_parameters(self):
+        return [self.closed]
+
+    def window_tensors(self):
+        return ()
+
+    def gate(self, window):
+        return window["total"] >= 3
+
+    def close_window(self, tensors, window):
+        ops.assign_add(self.closed, ops.logical_not(window["applied"]).astype(ms.int32))
+
+
+def test_a_plain_class_policy_compiles_in_the_graph_and_under_step():
+    w = Parameter(Tensor([0.0]), name="w")
+    gate = GateBelowTotal()
+    accumulator = Accumulator(nn.SGD([w], 1.0), accumulate_step=2, policies=[gate])
+    step = ms.jit(accumulator.__call__)
+    # Windows of 2 micro-steps: total 2 < 3, so every window is gated out, in the graph and from the host.
+    assert [bool(step((Tensor([g]),))) for g in (1.0, 2.0, 3.0, 4.0)] == [False] * 4
+    accumulator.accumulate((Tensor([5.0]),))
+    assert accumulator.step(flush=True) is False
+    assert (int(gate.closed), int(accumulator.skipped_windows), float(w.asnumpy()[0])) == (3, 3, 0.0)
+
+
+def test_an_attribute_named_like_a_hook_is_refused():
+    class Shadowed(Policy):
+        def __init__(self):
+            self.factor = 2.0
+
+    accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 1.0), 2)
+    with pytest.raises(TypeError, match="Shadowed has an attribute named like the hook 'factor'"):
+        accumulator.attach(Shadowed())
+    assert len(accumulator.policies) == 1

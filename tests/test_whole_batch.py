@@ -1,4 +1,4 @@
-"""Whole-batch losses under accumulation: the window applies exactly the large batch's gradient."""
+"""Whole-batch losses under accumulation: one window by hand, then exactly the large batch's gradient, every case."""
 import os
 
 import numpy as np
@@ -9,6 +9,22 @@ from mindspore import Tensor, nn, ops
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
 from helpers import run_msrun, sweep
+
+
+def half_squared_sum(reps):
+    """A loss over the whole window that is no sum of per-sample terms: (sum of the reps)^2 / 2."""
+    return reps.sum() ** 2 / 2
+
+
+def test_a_loss_over_the_window_gets_its_own_gradient_not_the_micro_batches_sum():
+    # reps = w * x with w = 1, micro-batches x = (1, 2) and (3): the window's loss (1 + 2 + 3)^2 / 2 = 18 has
+    # gradient 6 * 6 = 36 in w; the micro-batches' own losses would give 3 * 3 + 3 * 3 = 18. SGD at 0.01: w = 0.64.
+    encoder = nn.Dense(1, 1, weight_init="ones", has_bias=False)
+    accumulator = Accumulator(nn.SGD(encoder.trainable_params(), 0.01), accumulate_step=2, reduction="sum")
+    step = make_whole_batch_step(encoder, half_squared_sum, accumulator)
+    loss, updated = step([Tensor([[1.0], [2.0]]), Tensor([[3.0]])])
+    assert (float(loss), bool(updated)) == (18.0, True)
+    np.testing.assert_allclose(encoder.weight.asnumpy(), [[0.64]], rtol=1e-6)
 
 # Relative to each gradient tensor's largest element, as check_equivalence's RTOL.
 RTOL = 1e-4
@@ -234,7 +250,7 @@ def test_bad_input_gets_one_clear_line():
     accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
     with pytest.raises(TypeError, match="encoder must be a Cell or a function .*got 3"):
         make_whole_batch_step(3, info_nce, accumulator)
-    with pytest.raises(ValueError, match="got 'micro_batch'"):
+    with pytest.raises(ValueError, match="may drop some \\(skip_nonfinite='micro_batch'"):
         make_whole_batch_step(net, info_nce, Accumulator(nn.SGD(net.trainable_params(), 0.1), 2,
                                                          skip_nonfinite="micro_batch"))
     step = make_whole_batch_step(net, lambda reps: reps.sum(), accumulator)

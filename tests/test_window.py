@@ -1,13 +1,38 @@
-"""The window step equals the per-micro-step Accumulator, window for window."""
+"""The window step: two windows checkable by hand, then equal to the per-micro-step Accumulator, window for window."""
 import numpy as np
 import pytest
 import mindspore as ms
-from mindspore import Tensor
+from mindspore import Parameter, Tensor, nn
 
 from accumulator import Accumulator
 from accumulator.window import make_window_step
 from helpers import (assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split,
                      sweep)
+
+
+def gradient_is_the_input(g):
+    """A ``grad_fn`` whose loss is its input's sum and whose gradient is its input: the arithmetic by hand."""
+    return g.sum(), (g,)
+
+
+def one_weight_window_step(accumulate_step):
+    w = Parameter(Tensor([0.0]), name="w")
+    accumulator = Accumulator(nn.SGD([w], 1.0), accumulate_step=accumulate_step)
+    return w, make_window_step(gradient_is_the_input, accumulator)
+
+
+def test_gradients_1_2_3_4_in_windows_of_2_apply_their_means_1_5_and_3_5():
+    w, window_step = one_weight_window_step(2)
+    loss_sum, updated = window_step(Tensor([[1.0], [2.0]]))
+    assert (float(loss_sum), bool(updated), w.asnumpy().tolist()) == (3.0, True, [-1.5])    # 0 - (1 + 2) / 2
+    loss_sum, updated = window_step(Tensor([[3.0], [4.0]]))
+    assert (float(loss_sum), bool(updated), w.asnumpy().tolist()) == (7.0, True, [-5.0])    # -1.5 - (3 + 4) / 2
+
+
+def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
+    w, window_step = one_weight_window_step(2)
+    _, updated = window_step(Tensor([[2.0], [12.0]]), counts=[1, 3])
+    assert bool(updated) and w.asnumpy().tolist() == [-3.5]                                 # 0 - (2 + 12) / (1 + 3)
 
 
 def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="adam", **accumulator_args):

@@ -264,15 +264,15 @@ def build_run(config, task):
 def _last(accumulator):
     """``accumulate``'s ``last`` for the next micro-batch: None, or a bool Tensor from ``step()``'s count on the host.
 
-    Only ``track_noise=True`` samples the window's last micro-batch. A
-    Tensor makes that sample a branch in the graph; Python bools would make
-    two graphs without one. The branch was no slower per micro-step and
-    saves a compile (docs/language-model-tool.md, Speed). The position is
-    the host's, not read from the device: a micro-step waits for none.
+    Only a policy that samples the window's last micro-batch needs it. A
+    Tensor makes that sample a small branch in the graph where Python bools
+    would compile a second graph
+    (docs/mindspore-behaviours.md#a-branch-on-a-bool-tensor-input-can-cost-less-than-a-second-graph).
+    The count is the host's, not read from the device: a micro-step waits for none.
     """
-    if not accumulator.hooks["sample_last"]:
+    if not accumulator.samples_last:
         return None
-    return ms.Tensor(accumulator.host.position + 1 >= accumulator.host.size)
+    return ms.Tensor(accumulator.next_ends_window())
 
 
 def _applied_on_the_host(micro_step, accumulator):
