@@ -152,7 +152,6 @@ class Accumulator:
         for policy in chosen:
             self.attach(policy)
         self.noise = self.find(NoiseTracker)
-        self.samples_last = bool(self.hooks["sample_last"])
         if self.schedule.reads_state:
             self.schedule.bind(self)
         self.host = HostStep(self)
