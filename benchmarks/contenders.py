@@ -307,7 +307,7 @@ def _stacked_window(spec):
           modes=("graph",))
 def _build_window(spec):
     from accumulator import Accumulator
-    from accumulator.window import make_window_step
+    from accumulator import make_window_step
     optimizer, grad_fn, x, y = _stacked_window(spec)
     accumulator = Accumulator(optimizer, spec["accumulate"])
     window_step = make_window_step(grad_fn, accumulator)

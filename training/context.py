@@ -1,10 +1,10 @@
 """MindSpore's global settings for a run: device, execution mode and, under ``distributed``, the ranks."""
 import dataclasses
+import os
 
 import mindspore as ms
 from mindspore import communication
 
-from accumulator.runtime import block_on_cpu
 from training.errors import TrainingError
 
 
@@ -26,7 +26,9 @@ def configure_context(config):
         raise TrainingError(f"MindSpore {ms.__version__} cannot run on {config.device_target} here (not built "
                             f"for it, or its driver is missing); try --device-target CPU")
     if config.device_target == "CPU":
-        block_on_cpu()  # as importing accumulator does, for a device chosen after that import
+        # Before anything runs, as the first Accumulator would be too late for: a value the user set is kept
+        # (docs/mindspore-behaviours.md#asynchronous-launch-slows-small-graphs-on-cpu).
+        os.environ.setdefault("MS_DEV_HOST_BLOCKING_RUN", "1")
     # set_device (set_context(device_target=...) is deprecated in 2.10) refuses to run
     # once any kernel has run, even to repeat the current device: call it only to change.
     if ms.get_context("device_target") != config.device_target:
