@@ -364,8 +364,9 @@ class Accumulator:
             (False, True, False)
         """
         # No `if` on emptiness; cleared after the update, so the update scales them as it hands them over.
-        grads, factor, _ = self._closed(self.micro_step > 0)
-        updated = self._update_if_ready(grads, factor, clear=False)
+        closed = self._closed(self.micro_step > 0)
+        # Not unpacked: an unused `applied` would be a side-effect node MindSpore warns it dropped.
+        updated = self._update_if_ready(closed[0], closed[1], clear=False)
         buffers.clear(self.buffers)
         return updated
 
