@@ -33,6 +33,7 @@ from accumulator.distributed import WindowAllReduce
 from accumulator.loss_scaling import LossScaling
 from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
 from accumulator.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
+from accumulator.plan import MemoryPlan, PlanError, Probe, parse_size, plan_micro_batch
 from accumulator.policy import Policy
 from accumulator.scaling import ScaleRule
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
@@ -48,3 +49,4 @@ __all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "
            "SkipNonFiniteWindows", "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule",
            "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
            "save_checkpoint", "training_state"]
+__all__ += ["MemoryPlan", "PlanError", "Probe", "parse_size", "plan_micro_batch"]  # docs/memory-plan.md
