@@ -89,8 +89,8 @@ def plan_run(config, make_task, task_args):
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
     try:
-        plan = plan_micro_batch(tool_step, batch, config.memory_budget, args=(probe_config, batch, make_task, task_args),
-                                candidates=candidate_sizes(batch), device=config.device_target)
+        plan = plan_micro_batch(tool_step, batch, config.memory_budget, candidates=candidate_sizes(batch),
+                                args=(probe_config, batch, make_task, task_args), device=config.device_target)
     except PlanError as error:
         raise TrainingError(f"--micro-batch auto: {error}") from None
     size = _smallest_across_ranks(plan.micro_batch) if config.distributed else plan.micro_batch
