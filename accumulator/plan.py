@@ -148,10 +148,12 @@ class MemoryPlan:
 
     @property
     def accumulate_step(self):
+        """N: micro-batches per update, ``ceil(batch / micro_batch)``."""
         return -(-self.batch // self.micro_batch)
 
     @property
     def micro_batches(self):
+        """One window's micro-batch sizes, in order; they add up to ``batch``."""
         return [self.micro_batch] * (self.accumulate_step - 1) + [self.batch - self.micro_batch
                                                                    * (self.accumulate_step - 1)]
 
@@ -331,7 +333,7 @@ def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
     return Probe(size, peak, speed, outcome)
 
 
-def measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
+def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
     """One ``Probe`` on GPU or Ascend, in this process: the device's peak allocated memory (unverified path).
 
     Resets ``mindspore.runtime``'s peak, runs the step, reads
@@ -383,7 +385,7 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
         except (pickle.PicklingError, AttributeError, TypeError) as error:
             raise PlanError(f"make_step must be a top-level function of an importable module, and args picklable: "
                             f"each size runs in a child process that imports them ({error})") from None
-    measure = measure_in_child if device == "CPU" else measure_on_device
+    measure = measure_in_child if device == "CPU" else _measure_on_device
     return choose_micro_batch(lambda size: measure(make_step, size, args, steps), batch, budget, candidates, margin)
 
 

@@ -1,12 +1,17 @@
 """training.memory and the tools' --micro-batch auto: the flags, the plan, windows equal to the batch, resume."""
 import json
+import os
 
 import mindspore as ms
 import numpy as np
 import pytest
 
+import training.lm
 import training.memory
+from helpers import run_msrun
 from scripts import train_lm, train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_mnist.py")
 
 
 BOTH = ("--accumulate-step with --micro-batch auto: --batch-size is then the batch per update and N follows from the "
@@ -54,7 +59,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
     summary = train_mnist.main([*common, "--epochs", "1", "--memory-budget", "8GiB", "--log-json", str(log)])
     out = capsys.readouterr().out
-    assert "micro-batch measured for 16 samples per update:\nmicro-batch  peak memory  samples/s  chosen\n" in out
+    assert "micro-batch measured for a batch of 16 per update:\nmicro-batch  peak memory  samples/s  chosen\n" in out
     plan = json.loads(log.read_text())["memory_plan"]
     size = plan["micro_batch"]
     assert size in (4, 8) and [probe["size"] for probe in plan["probes"]] == [4, 8]
@@ -93,3 +98,35 @@ def test_a_budget_below_the_smallest_need_is_one_line_naming_it(synthetic_mnist_
     assert caught.value.code == 1 and "epoch" not in out
     assert err.startswith("error: --micro-batch auto: a memory budget of 64.0 MiB is below the smallest micro-batch's "
                           "need: micro-batch 2 peaks at ") and err.count("\n") == 1
+
+
+@pytest.mark.slow  # end to end: a probe in a child process, then two runs
+def test_the_language_model_plans_rows_and_its_windows_equal_the_large_batch(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(training.lm, "SYNTHETIC_BYTES", 3000)  # about 40 samples
+    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4])
+    tiny = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "1", "--width", "32",
+            "--depth", "1", "--max-length", "64", "--sample-tokens", "0", "--no-shuffle"]
+    planned = train_lm.main([*tiny, "--batch-size", "8", "--micro-batch", "auto", "--memory-budget", "8GiB"])
+    assert "<- 4 x 2 = 8 per update" in capsys.readouterr().out
+    large = train_lm.main([*tiny, "--batch-size", "8", "--accumulate-step", "1"])
+    assert (planned["batch_size"], planned["accumulate_step"], planned["updates"]) == (4, 2, large["updates"])
+    assert planned["final_test_loss"] == pytest.approx(large["final_test_loss"], rel=1e-5)
+
+
+@pytest.mark.slow  # msrun: two ranks, each probing in child processes
+def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthetic_mnist_dir, tmp_path,
+                                                                        train_mnist_run):
+    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.1", "--no-shuffle"]
+    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "4", "--micro-batch", "auto",
+                                  "--ckpt-dir", str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
+    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
+    rank0, rank1 = (log for name, log in logs.items() if name.startswith("worker_"))
+    assert "micro-batch measured for a batch of 4 per update (2 on each of 2 ranks):" in rank0
+    assert "micro-batch measured" not in rank1  # only rank 0 prints
+
+    _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=4,
+                                  accumulate_step=1)
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    assert int(saved["accumulator.update_count"].asnumpy()) == 200 // 4
+    for name, value in expected.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)

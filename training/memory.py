@@ -94,9 +94,9 @@ def plan_run(config, make_task, task_args):
     except PlanError as error:
         raise TrainingError(f"--micro-batch auto: {error}") from None
     size = _smallest_across_ranks(plan.micro_batch) if config.distributed else plan.micro_batch
-    say(f"micro-batch measured for {config.batch_size} {'samples' if config.ranks == 1 else 'in all ranks'} per "
-        f"update:\n{plan.table()}" + (f"\nall ranks take micro-batch {size}, the smallest chosen"
-                                      if size != plan.micro_batch else ""))
+    ranks = f" ({batch} on each of {config.ranks} ranks)" if config.distributed else ""
+    say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
+        + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
     return _planned(config, size, batch // size, {**plan.record(), "micro_batch": size,
                                                   "accumulate_step": batch // size})
 
