@@ -26,8 +26,10 @@ from accumulator.checks import positive_int
 BUDGET_FRACTION = 0.8
 # The share of the budget a chosen size leaves free: a probe's few micro-steps are not a whole run.
 MARGIN = 0.1
-# Micro-steps timed per probe, after one that compiles.
+# Micro-steps timed per probe, after one that compiles, and the least time they take: a few steps of a
+# millisecond are all noise, and a second is little beside the compile.
 PROBE_STEPS = 5
+PROBE_SECONDS = 1.0
 # A probe's outcome when the size did not fit: a child killed by a signal (as the OOM killer does), or a device error.
 OUT_OF_MEMORY = "out of memory"
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
@@ -279,20 +281,21 @@ def _wait(result):
 
 
 def _run_step(make_step, size, args, steps):
-    """``(seconds of steps micro-steps)`` after one that compiles."""
+    """``(micro-steps timed, their seconds)`` after one that compiles: at least ``steps`` and ``PROBE_SECONDS``."""
     step = make_step(size, *args)
     _wait(step())
-    started = time.perf_counter()
-    for _ in range(steps):
+    started, done = time.perf_counter(), 0
+    while done < steps or time.perf_counter() - started < PROBE_SECONDS:
         _wait(step())
-    return time.perf_counter() - started
+        done += 1
+    return done, time.perf_counter() - started
 
 
 def _child(connection, make_step, size, args, steps):
     """A probe's child process: runs the step and sends back its peak resident memory and speed, or the error."""
     try:
-        seconds = _run_step(make_step, size, args, steps)
-        connection.send(("measured", peak_resident(), size * steps / seconds))
+        done, seconds = _run_step(make_step, size, args, steps)
+        connection.send(("measured", peak_resident(), size * done / seconds))
     except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
         connection.send((f"{type(error).__name__}: {error}", None, None))
 
@@ -343,11 +346,11 @@ def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
     import mindspore as ms
     ms.runtime.reset_max_memory_allocated()
     try:
-        seconds = _run_step(make_step, size, args, steps)
+        done, seconds = _run_step(make_step, size, args, steps)
     except (RuntimeError, MemoryError) as error:
         return Probe(size, outcome=OUT_OF_MEMORY if "memory" in str(error).lower()
                      else f"{type(error).__name__}: {error}")
-    return Probe(size, int(ms.runtime.max_memory_allocated()), size * steps / seconds)
+    return Probe(size, int(ms.runtime.max_memory_allocated()), size * done / seconds)
 
 
 def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidates=None, margin=MARGIN,
@@ -360,7 +363,8 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
     runs in a child process per size: ``make_step`` must be a top-level
     function of a module the child can import, and ``args`` picklable.
     ``memory_budget`` is bytes or a size such as ``"6GiB"``; None takes
-    ``default_budget(device)``. ``device`` is MindSpore's device target
+    ``default_budget(device)``. Each size is timed over at least ``steps``
+    micro-steps and ``PROBE_SECONDS``. ``device`` is MindSpore's device target
     (None: the context's). See ``choose_micro_batch`` for the choice.
 
     Example: a step that holds 1 MiB a sample, within a budget it cannot pass.

@@ -12,10 +12,10 @@ import signal
 import sys
 import time
 
+from accumulator.plan import BUDGET_FRACTION
 from training.arguments import (device_target, flag, in_flags, memory_size, non_negative_int, one_of, positive_float,
                                 positive_int)
 from training.checkpoints import resume_hint
-from accumulator.plan import BUDGET_FRACTION
 from training.config import AUTO, AUTO_STEPS, DEVICES, MODES, RESUME_FIELDS, SCALE_RULES, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError

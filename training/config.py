@@ -71,9 +71,9 @@ class TrainConfig:
     ``batch_size`` the batch per update (all ranks; ``accumulate_step`` 1)
     until ``training.memory.plan_run`` measures the micro-batch within
     ``memory_budget`` bytes (None: the default) and sets ``batch_size``,
-    ``accumulate_step`` and ``memory_plan`` (what was measured, for the log). ``tool_settings`` holds a tool's
-    own flags that define its run (``{"width": 64}`` for ``--width 64``):
-    checkpoints record them and a resumed run must repeat them, as it must
+    ``accumulate_step`` and ``memory_plan`` (what was measured, for the
+    log). ``tool_settings`` holds a tool's own flags that define its run
+    (``{"width": 64}`` for ``--width 64``): checkpoints record them and a resumed run must repeat them, as it must
     ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
 
     Example:
