@@ -5,11 +5,12 @@ reads its peak memory: on a CPU the peak resident memory (VmHWM) of a child
 process per candidate, started with the ``spawn`` context, so that a size
 that does not fit kills a child, never your run; on GPU or Ascend the
 device's peak (``mindspore.runtime``), in this process (unverified: no such
-device ran it). It fits the peak as ``a + b * size`` and stops before a
-candidate the fit puts over the budget, then takes, of the sizes that fit
-with ``margin`` of the budget kept free, the one with the most samples per
-second measured in the same probes. ``choose_micro_batch`` is the same
-search over any ``measure(size) -> Probe``. docs/memory-plan.md.
+device ran it). It fits the peak as ``a + b * size`` from the two smallest
+sizes, runs no size the fit puts over the budget, measures the largest it
+keeps under and the one below, then takes, of the sizes that fit with
+``margin`` of the budget kept free, the one with the most samples per second
+measured in the same probes. ``choose_micro_batch`` is the search over any
+``measure(size) -> Probe``. docs/memory-plan.md.
 """
 import dataclasses
 import multiprocessing
@@ -224,22 +225,26 @@ def _predict(probes, size):
 
 
 def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
-    """The ``MemoryPlan`` for ``batch`` samples per update from ``measure(size) -> Probe``, tried in increasing size.
+    """The ``MemoryPlan`` for ``batch`` samples per update from ``measure(size) -> Probe``, few sizes measured.
 
-    A size fits when its peak is at most ``(1 - margin) * budget``. Probing
-    stops at the first size over it or out of memory, and before a size the
-    line fitted to the peaks so far puts over it (a ``"not run"`` probe). Of
-    the sizes that fit, the fastest is chosen. Raises ``PlanError`` when the
-    batch is smaller than every candidate, when a size fails for another
-    reason than memory (with that reason), or when none fits (naming what
-    the smallest needs).
+    A size fits when its peak is at most ``(1 - margin) * budget``. The two
+    smallest candidates are measured first: they fix a line ``a + b * size``
+    through the peaks. Then, from the largest size the line keeps under the
+    budget downwards, sizes are measured until one fits, and the one below
+    it too, for speed; a size the line puts over the budget is never run (a
+    ``"not run"`` probe holds the smallest such, with the prediction). Each
+    probe costs a compile, so the sizes in between are not measured. Of the
+    sizes that fit, the fastest is chosen. Raises ``PlanError`` when the batch
+    is smaller than every candidate, when a size fails for another reason
+    than memory (with that reason), or when none fits (naming what the
+    smallest needs).
 
     Example: a step that needs 100 MiB plus 10 MiB a sample, and is fastest at 8.
         >>> def measure(size):
-        ...     return Probe(size, (100 + 10 * size) * 2 ** 20, {1: 10.0, 2: 19.0, 4: 35.0, 8: 60.0, 16: 55.0}[size])
+        ...     return Probe(size, (100 + 10 * size) * 2 ** 20, {1: 10.0, 2: 19.0, 8: 60.0, 16: 55.0}[size])
         >>> plan = choose_micro_batch(measure, 64, budget=400 * 2 ** 20)
         >>> plan.micro_batch, [probe.size for probe in plan.probes], plan.probes[-1].outcome
-        (8, [1, 2, 4, 8, 16, 32], 'not run')
+        (8, [1, 2, 8, 16, 32], 'not run')
     """
     positive_int(batch, "batch")
     candidates = sorted(set(default_candidates(batch) if candidates is None else
@@ -250,18 +255,28 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
         raise PlanError(f"the batch per update of {batch} is smaller than one micro-batch: the smallest candidate "
                         f"is {candidates[0]}")
     usable = budget * (1 - margin)
+    sizes = [size for size in candidates if size <= batch]
     probes = []
-    for size in (size for size in candidates if size <= batch):
-        predicted = _predict(probes, size)
-        if predicted is not None and predicted > usable:
-            probes.append(Probe(size, predicted, None, "not run"))
-            break
+
+    def fits(size):
         probe = measure(size)
         probes.append(probe)
         if probe.outcome != "measured" and not probe.outcome.startswith(OUT_OF_MEMORY):
             raise PlanError(f"micro-batch {size} failed, not for memory: {probe.outcome}")
-        if probe.outcome != "measured" or probe.peak > usable:
-            break
+        return probe.outcome == "measured" and probe.peak <= usable
+
+    if all(fits(size) for size in sizes[:2]):
+        predicted = {size: _predict(probes, size) for size in sizes[2:]}
+        over = [size for size in sizes[2:] if predicted[size] > usable]
+        if over:
+            probes.append(Probe(over[0], predicted[over[0]], None, "not run"))
+        under = [size for size in sizes[2:] if predicted[size] <= usable]
+        for index in reversed(range(len(under))):
+            if fits(under[index]):
+                if index:  # the size below, for speed: the largest that fits is not always the fastest
+                    fits(under[index - 1])
+                break
+    probes.sort(key=lambda probe: probe.size)
     fitting = [probe for probe in probes if probe.outcome == "measured" and probe.peak <= usable]
     if not fitting:
         smallest = probes[0]

@@ -34,12 +34,23 @@ def test_the_fastest_size_that_fits_not_the_largest():
     assert [probe.size for probe in plan.probes] == [1, 2, 4, 8]
 
 
-def test_the_fit_stops_before_a_size_it_puts_over_the_budget():
+def test_the_line_through_the_two_smallest_jumps_to_the_largest_size_it_keeps_under_the_budget():
     calls = []
     plan = choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 64, budget=400 * MIB)
-    assert calls == [1, 2, 4, 8, 16]  # 32 predicted at 420 MiB > 360: never run
+    assert calls == [1, 2, 16, 8]  # 16 at 260 MiB fits, and 8 for speed; 32 predicted at 420 MiB > 360: never run
     skipped = plan.probes[-1]
     assert (skipped.size, skipped.outcome, skipped.peak) == (32, "not run", 420 * MIB)
+    assert plan.micro_batch == 16
+
+
+def test_a_size_the_line_misjudged_steps_down_to_the_next():
+    calls = []
+
+    def measure(size):  # grows faster than the two smallest show: 16 is over
+        calls.append(size)
+        return Probe(size, (100 + 10 * size + (200 if size >= 16 else 0)) * MIB, float(size))
+    plan = choose_micro_batch(measure, 64, budget=400 * MIB)
+    assert calls == [1, 2, 16, 8, 4] and plan.micro_batch == 8
 
 
 def test_an_uneven_batch_ends_on_a_smaller_micro_batch_that_completes_it():
@@ -69,14 +80,14 @@ def test_a_failure_that_is_not_memory_reports_its_reason():
 
 
 
-def test_out_of_memory_stops_the_search_and_the_sizes_before_it_are_chosen_from():
+def test_out_of_memory_steps_down_and_the_sizes_that_fit_are_chosen_from():
     calls = []
 
     def measure(size):
         calls.append(size)
-        return Probe(size, outcome="out of memory (killed by SIGKILL)") if size == 4 else linear(0, MIB)(size)
+        return Probe(size, outcome="out of memory (killed by SIGKILL)") if size >= 4 else linear(0, MIB)(size)
     plan = choose_micro_batch(measure, 16, budget=GIB)
-    assert plan.micro_batch == 2 and calls == [1, 2, 4]
+    assert plan.micro_batch == 2 and calls == [1, 2, 16, 8, 4]
     assert "out of memory (killed by SIGKILL)" in plan.table()
 
 
