@@ -82,7 +82,7 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                           help=f"{sample}s per micro-batch, one forward/backward pass; with --micro-batch auto, "
                                f"the {sample}s per update, all ranks together (default %(default)s)")
     training.add_argument("--micro-batch", type=one_of(AUTO), default=None, metavar="auto",
-                          help="measure the micro-batch: run the train step for candidate sizes (divisors of "
+                          help="measure the micro-batch: run the train step for a few candidate sizes (divisors of "
                                "--batch-size per rank, each in a child process), read each one's peak memory and "
                                "speed, and train with the fastest that fits --memory-budget; N is --batch-size over "
                                "it. Not with --accumulate-step; a --resume keeps the plan; docs/memory-plan.md")
