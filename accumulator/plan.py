@@ -312,7 +312,8 @@ def _child(connection, make_step, size, args, steps):
         done, seconds = _run_step(make_step, size, args, steps)
         connection.send(("measured", peak_resident(), size * done / seconds))
     except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
-        connection.send((f"{type(error).__name__}: {error}", None, None))
+        first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
+        connection.send((f"{type(error).__name__}: {first_line}", None, None))
 
 
 def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
@@ -320,8 +321,9 @@ def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
 
     The child's peak resident memory includes its MindSpore import and
     anything ``make_step`` loads, as your run's will. A child killed by a
-    signal (the OOM killer's SIGKILL) is ``"out of memory (killed by SIGKILL)"``; an exception
-    is reported as its type and text. docs/memory-plan.md#your-step.
+    signal (the OOM killer's SIGKILL) is ``"out of memory (killed by
+    SIGKILL)"``; an exception is reported as its type and the first line of
+    its text. docs/memory-plan.md#your-step.
 
     Example:
         >>> probe = measure_in_child(touch_memory, 4, args=(2 ** 20,), steps=1)

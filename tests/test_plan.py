@@ -110,7 +110,7 @@ def test_the_plan_records_what_it_measured():
 
 
 def raise_for(size):
-    raise ValueError(f"no step for {size} samples")
+    raise ValueError(f"no step for {size} samples\n\n- C++ Call Stack: (For framework developers)")
 
 
 def killed(size):
