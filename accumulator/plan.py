@@ -231,8 +231,9 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
     smallest candidates are measured first: they fix a line ``a + b * size``
     through the peaks. Then, from the largest size the line keeps under the
     budget downwards, sizes are measured until one fits, and the one below
-    it too, for speed; a size the line puts over the budget is never run (a
-    ``"not run"`` probe holds the smallest such, with the prediction). Each
+    it too, for speed; the line is fitted again to every peak measured, and
+    a size it puts over the budget is never run (a ``"not run"`` probe holds
+    the smallest such from the first line, with the prediction). Each
     probe costs a compile, so the sizes in between are not measured. Of the
     sizes that fit, the fastest is chosen. Raises ``PlanError`` when the batch
     is smaller than every candidate, when a size fails for another reason
@@ -272,7 +273,8 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
             probes.append(Probe(over[0], predicted[over[0]], None, "not run"))
         under = [size for size in sizes[2:] if predicted[size] <= usable]
         for index in reversed(range(len(under))):
-            if fits(under[index]):
+            # The line through every peak so far: a size measured over the budget corrects it.
+            if _predict(probes, under[index]) <= usable and fits(under[index]):
                 if index:  # the size below, for speed: the largest that fits is not always the fastest
                     fits(under[index - 1])
                 break

@@ -43,14 +43,16 @@ def test_the_line_through_the_two_smallest_jumps_to_the_largest_size_it_keeps_un
     assert plan.micro_batch == 16
 
 
-def test_a_size_the_line_misjudged_steps_down_to_the_next():
+def test_a_size_the_line_misjudged_corrects_the_line_and_the_search_steps_down():
     calls = []
 
-    def measure(size):  # grows faster than the two smallest show: 16 is over
+    def measure(size):  # flat at first, then steep: the two smallest show no growth
         calls.append(size)
-        return Probe(size, (100 + 10 * size + (200 if size >= 16 else 0)) * MIB, float(size))
-    plan = choose_micro_batch(measure, 64, budget=400 * MIB)
-    assert calls == [1, 2, 16, 8, 4] and plan.micro_batch == 8
+        return Probe(size, (100 + max(0, size - 4) * 10) * MIB, float(size))
+    plan = choose_micro_batch(measure, 64, budget=400 * MIB, candidates=[1, 2, 8, 16, 32, 64])
+    # The flat line sends the search to 64: 700 MiB, over. The line through it puts 32 at about 393 MiB,
+    # over 360: never run. 16 (220 MiB) fits, and 8, below it, runs for speed.
+    assert calls == [1, 2, 64, 16, 8] and plan.micro_batch == 16
 
 
 def test_an_uneven_batch_ends_on_a_smaller_micro_batch_that_completes_it():
