@@ -16,7 +16,7 @@ from training.checkpoints import UNREADABLE, find_checkpoints
 from training.config import AUTO
 from training.context import configure_context
 from training.errors import TrainingError
-from training.loop import build_run, compile_train_step, epoch_windows
+from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows
 
 
 def candidate_sizes(batch):
@@ -41,8 +41,9 @@ def tool_step(size, config, batch, make_task, task_args):
 
     Runs in the probe's child: sets the device and mode, builds
     ``make_task(*task_args)`` and ``training.loop.build_run`` with ``size``
-    x ``batch // size``, compiles its steps, and returns a step that trains
-    the first micro-batch of epoch 1 (applying each full window, as training does).
+    x ``batch // size``, compiles its steps, runs one evaluation batch (the
+    run's peak may be there), and returns a step that trains the first
+    micro-batch of epoch 1 (applying each full window, as training does).
 
     Example:
         >>> from training.config import TrainConfig
@@ -55,6 +56,8 @@ def tool_step(size, config, batch, make_task, task_args):
     task = make_task(*task_args)
     run = build_run(config, task)
     compile_train_step(run, task, config, 1)  # the window's update too: a probe times no compile
+    # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
+    run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     inputs, labels = next(iter(epoch_windows(config, task, 1)))[0]
     count = ms.Tensor(task.count(labels), ms.float32)
     return lambda: run.train_step(inputs, labels, count)
