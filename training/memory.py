@@ -18,6 +18,9 @@ from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows
 
+# The probe's window: longer than any probe runs, so no timed micro-step applies an update.
+UNFILLED = 2 ** 30
+
 
 def candidate_sizes(batch):
     """The divisors of ``batch``, each at least twice the one before, and ``batch``: whole windows of one shape.
@@ -40,10 +43,12 @@ def tool_step(size, config, batch, make_task, task_args):
     """``accumulator.plan``'s ``make_step`` for the tools: ``config``'s train step on micro-batches of ``size``.
 
     Runs in the probe's child: sets the device and mode, builds
-    ``make_task(*task_args)`` and ``training.loop.build_run`` with ``size``
-    x ``batch // size``, compiles its steps, runs one evaluation batch (the
-    run's peak may be there), and returns a step that trains the first
-    micro-batch of epoch 1 (applying each full window, as training does).
+    ``make_task(*task_args)`` and ``training.loop.build_run`` for ``size``,
+    compiles its steps, runs one evaluation batch and one update (the run's
+    peak may be in either), and returns a step that adds the first
+    micro-batch of epoch 1 to a window it never fills: an update per N
+    micro-steps would slow the timed steps of small N more than of large,
+    while per sample it costs every size the same.
 
     Example:
         >>> from training.config import TrainConfig
@@ -54,12 +59,15 @@ def tool_step(size, config, batch, make_task, task_args):
     """
     config = configure_context(dataclasses.replace(config, batch_size=size, accumulate_step=batch // size))
     task = make_task(*task_args)
-    run = build_run(config, task)
-    compile_train_step(run, task, config, 1)  # the window's update too: a probe times no compile
+    # The learning rate cannot follow a window this long: the probe's weights do not matter, its finite numbers do.
+    run = build_run(dataclasses.replace(config, accumulate_step=UNFILLED, scale_rule="none"), task)
+    compile_train_step(run, task, config, 1)  # the update too: a probe times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     inputs, labels = next(iter(epoch_windows(config, task, 1)))[0]
     count = ms.Tensor(task.count(labels), ms.float32)
+    run.train_step(inputs, labels, count)
+    run.flush()  # one update, for its memory
     return lambda: run.train_step(inputs, labels, count)
 
 
