@@ -5,7 +5,9 @@ window's close in stages), ``policy`` (what a policy is) and the policies,
 one module each: ``nonfinite``, ``loss_scaling``, ``clipping``, ``spikes``,
 ``noise`` (the gradient noise scale), ``batchnorm`` (moving statistics from
 the whole window), mapped from the keywords in ``options``; ``schedule``
-(how N may change, the adaptive window), ``scaling`` (the optimizer's
+(how N may change: the noise-scale window), ``critical`` (N measured by
+short branched runs), ``plan`` (the micro-batch that fits, measured),
+``scaling`` (the optimizer's
 learning rate and betas following N); the drivers besides the in-graph
 call: ``host_step`` (``step()``), ``window`` (a whole window per compiled
 call), ``whole_batch`` (losses over the whole window, such as contrastive
@@ -31,6 +33,7 @@ from accumulator.distributed import WindowAllReduce
 from accumulator.loss_scaling import LossScaling
 from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
 from accumulator.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
+from accumulator.plan import BUDGET_FRACTION, MemoryPlan, PlanError, Probe, format_size, parse_size, plan_micro_batch
 from accumulator.policy import Policy
 from accumulator.scaling import ScaleRule
 from accumulator.schedule import NoiseScaleSchedule, as_schedule
@@ -40,10 +43,10 @@ from accumulator.state import CheckpointMismatchError, load_checkpoint, save_che
 from accumulator.whole_batch import AllGatherRepresentations, make_whole_batch_step
 from accumulator.window import make_window_step
 
-__all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "CheckpointMismatchError", "ClipNorm",
-           "EquivalenceReport", "FlushAtEpochEnd", "LossScaling", "NoiseFromEveryMicroBatch",
-           "NoiseFromLastMicroBatch", "NoiseScaleSchedule", "Policy", "ScaleRule", "SkipNonFiniteMicroBatches",
-           "SkipNonFiniteWindows", "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule",
-           "check_equivalence", "convert_batchnorm", "load_checkpoint", "make_whole_batch_step", "make_window_step",
-           "save_checkpoint", "training_state"]
-__all__ += ["CriticalBatchSchedule", "restore_state", "snapshot_state"]
+__all__ = ["AccumulationTrainCell", "Accumulator", "AllGatherRepresentations", "BUDGET_FRACTION",
+           "CheckpointMismatchError", "ClipNorm", "CriticalBatchSchedule", "EquivalenceReport", "FlushAtEpochEnd",
+           "LossScaling", "MemoryPlan", "NoiseFromEveryMicroBatch", "NoiseFromLastMicroBatch", "NoiseScaleSchedule",
+           "PlanError", "Policy", "Probe", "ScaleRule", "SkipNonFiniteMicroBatches", "SkipNonFiniteWindows",
+           "SkipSpikes", "StepSchedulerPerUpdate", "WindowAllReduce", "as_schedule", "check_equivalence",
+           "convert_batchnorm", "format_size", "load_checkpoint", "make_whole_batch_step", "make_window_step",
+           "parse_size", "plan_micro_batch", "restore_state", "save_checkpoint", "snapshot_state", "training_state"]

@@ -38,6 +38,7 @@ from training.command import run_tool  # noqa: E402
 from training.lm import PROMPT, SAMPLE_TEMPERATURE, generate, lm_task_from_flags, prepare_text  # noqa: E402
 from training.lm_command import parse_args  # noqa: E402
 from training.loop import train  # noqa: E402
+from training.memory import plan_run  # noqa: E402
 
 
 def main(argv=None):
@@ -53,6 +54,7 @@ def main(argv=None):
 
     def body(config, stack):
         path = prepare_text(flags["data_dir"], flags["synthetic"], flags["text_url"], stack)
+        config = plan_run(config, lm_task_from_flags, (path, flags))
         task = lm_task_from_flags(path, flags)
         summary, run = train(config, task)
         if flags["sample_tokens"] and config.main_rank:

@@ -35,6 +35,7 @@ from data.idx import MnistFormatError  # noqa: E402
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError  # noqa: E402
 from training.command import make_parser, parse_config, run_tool  # noqa: E402
 from training.loop import train  # noqa: E402
+from training.memory import plan_run  # noqa: E402
 from training.mnist import SYNTHETIC_SIZES, mnist_task, prepare_mnist  # noqa: E402
 
 # The optimizers this tool offers (training.optimizers has adamw too).
@@ -99,6 +100,7 @@ def main(argv=None):
 
     def body(config, stack):
         data_dir = prepare_mnist(data_flags["data_dir"], data_flags["synthetic"], data_flags["mnist_url"], stack)
+        config = plan_run(config, mnist_task, (data_dir,))
         summary, _ = train(config, mnist_task(data_dir))
         return summary
 

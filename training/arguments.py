@@ -9,6 +9,7 @@ import argparse
 import math
 import re
 
+from accumulator import parse_size
 from training.config import DEVICES
 
 
@@ -52,6 +53,23 @@ def positive_float(text):
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
     return value
+
+
+def memory_size(text):
+    """argparse type: a memory size such as 512MiB, 6GiB or 6G, in bytes (``accumulator.parse_size``).
+
+    Example:
+        >>> memory_size("6G")
+        6442450944
+        >>> memory_size("six")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: expected a size such as 512MiB, 6GiB or 6G, got 'six'
+    """
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def device_target(text):

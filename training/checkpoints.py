@@ -83,7 +83,8 @@ def check_ckpt_dir(config):
         raise TrainingError(f"--ckpt-dir {config.ckpt_dir} holds another run's checkpoints (newest "
                             f"{os.path.basename(found[0])}): add --resume to continue that run, --overwrite to "
                             "replace it, or choose another --ckpt-dir")
-    for path in found if config.resume else []:
+    # With --micro-batch auto the micro-batch and N are the checkpoint's (training.memory): resume() checks the rest.
+    for path in found if config.resume and config.micro_batch is None else []:
         with contextlib.suppress(*UNREADABLE):  # resume() warns as it skips it
             return check_settings(path, config)
 
@@ -162,6 +163,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
     """
     path = checkpoint_path(config.ckpt_dir, epoch)
     extra = {"epoch": epoch, "config": json.dumps(config.resume_settings()), "history": json.dumps(history)}
+    if config.memory_plan is not None:  # a resumed --micro-batch auto run keeps it (training.memory)
+        extra["memory_plan"] = json.dumps(config.memory_plan)
     try:
         with deferred():
             save_checkpoint(path, run.net, run.optimizer, run.accumulator, extra=extra,

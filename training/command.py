@@ -12,9 +12,11 @@ import signal
 import sys
 import time
 
-from training.arguments import device_target, flag, in_flags, non_negative_int, one_of, positive_float, positive_int
+from accumulator import BUDGET_FRACTION
+from training.arguments import (device_target, flag, in_flags, memory_size, non_negative_int, one_of, positive_float,
+                                positive_int)
 from training.checkpoints import resume_hint
-from training.config import (ADAPTIVE, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, NOISE_STEPS,
+from training.config import (ADAPTIVE, AUTO, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, NOISE_STEPS,
                              PROBE_INTERVAL, PROBE_TOLERANCE, RESUME_FIELDS, SCALE_RULES, TrainConfig)
 from training.context import configure_context
 from training.errors import TrainingError
@@ -82,7 +84,17 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
 
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=positive_int, metavar="N",
-                          help=f"{sample}s per micro-batch, one forward/backward pass (default %(default)s)")
+                          help=f"{sample}s per micro-batch, one forward/backward pass; with --micro-batch auto, "
+                               f"the {sample}s per update, all ranks together (default %(default)s)")
+    training.add_argument("--micro-batch", type=one_of(AUTO), default=None, metavar="auto",
+                          help="measure the micro-batch: run the train step for a few candidate sizes (divisors of "
+                               "--batch-size per rank, each in a child process), read each one's peak memory and "
+                               "speed, and train with the fastest that fits --memory-budget; N is --batch-size over "
+                               "it. Not with --accumulate-step; a --resume keeps the plan; docs/memory-plan.md")
+    training.add_argument("--memory-budget", type=memory_size, default=None, metavar="SIZE",
+                          help="with --micro-batch auto: the peak memory a run may take, e.g. 512MiB, 6GiB, 6G "
+                               "(binary units); on a CPU the process's peak resident memory (default: "
+                               f"{BUDGET_FRACTION:.0%}% of the available memory)")
     training.add_argument("--accumulate-step", type=positive_int_or_auto, metavar="{N,auto,noise}",
                           help="micro-batches summed per optimizer update; an epoch's last, shorter "
                                "window is applied too, weighted by its count. 'auto': N measured by short "
@@ -177,6 +189,11 @@ def parse_config(parser, argv, tool_flags, run_flags=()):
         except ImportError:
             parser.error("--plot needs matplotlib: pip install matplotlib (or pip install .[plot])")
     own = {name: flags.pop(name) for name in tool_flags}
+    if flags["micro_batch"] == AUTO:  # --batch-size is then the batch per update: N is the plan's
+        if any(arg.split("=")[0] == "--accumulate-step" for arg in (sys.argv[1:] if argv is None else argv)):
+            parser.error("--accumulate-step with --micro-batch auto: --batch-size is then the batch per update and "
+                         "N follows from the measured micro-batch; pass one")
+        flags["accumulate_step"] = 1
     try:
         return TrainConfig(**flags, tool_settings={name: own[name] for name in run_flags}), own
     except ValueError as error:  # flags that exclude each other: TrainConfig checks them, in its fields' names

@@ -51,6 +51,20 @@ def _optional_path(value, name):
     return value
 
 
+def _check_micro_batch(config):
+    """``micro_batch``, ``memory_budget`` and ``memory_plan``'s checks (docs/memory-plan.md#the-tools)."""
+    _one_of(config.micro_batch, "micro_batch", (None, AUTO))
+    if config.memory_budget is not None:
+        positive_int(config.memory_budget, "memory_budget")
+        if config.micro_batch != AUTO:
+            raise ValueError("memory_budget is the budget micro_batch='auto' plans within: pass micro_batch='auto'")
+    if config.micro_batch == AUTO and config.accumulate_step != 1:
+        raise ValueError(f"accumulate_step={config.accumulate_step} with micro_batch='auto': batch_size is then the "
+                         f"batch per update and N follows from the measured micro-batch: pass one")
+    if config.memory_plan is not None and not isinstance(config.memory_plan, dict):
+        raise ValueError(f"memory_plan must be None or a MemoryPlan.record() dict, got {config.memory_plan!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Settings of one run; every field is checked when the config is made.
@@ -70,9 +84,13 @@ class TrainConfig:
     then the window fastest in seconds (``NoiseScaleSchedule``); ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training; ``driver`` how windows are driven (``DRIVERS``:
-    ``"auto"`` becomes the one ``training.loop.choose_driver`` picks for the net). ``tool_settings`` holds a tool's
-    own flags that define its run (``{"width": 64}`` for ``--width 64``):
-    checkpoints record them and a resumed run must repeat them, as it must
+    ``"auto"`` becomes the one ``training.loop.choose_driver`` picks for the net). ``micro_batch="auto"`` makes
+    ``batch_size`` the batch per update (all ranks; ``accumulate_step`` 1)
+    until ``training.memory.plan_run`` measures the micro-batch within
+    ``memory_budget`` bytes (None: the default) and sets ``batch_size``,
+    ``accumulate_step`` and ``memory_plan`` (what was measured, for the
+    log). ``tool_settings`` holds a tool's own flags that define its run
+    (``{"width": 64}`` for ``--width 64``): checkpoints record them and a resumed run must repeat them, as it must
     ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
 
     Example:
@@ -104,6 +122,10 @@ class TrainConfig:
     track_noise: bool = False
     check: bool = False
     drop_last: bool = False
+    # --micro-batch auto: batch_size is the batch per update until training.memory.plan_run measures the micro-batch.
+    micro_batch: Optional[str] = None
+    memory_budget: Optional[int] = None
+    memory_plan: Optional[dict] = None
     # What it writes: the "checkpoints and logs" flags.
     ckpt_dir: Optional[str] = None
     keep_checkpoints: Optional[int] = None
@@ -141,6 +163,7 @@ class TrainConfig:
                 raise ValueError(f"update_cost sets how the noise-scale window chooses N, got accumulate_step="
                                  f"{self.accumulate_step!r}: pass accumulate_step='noise'")
         self._check_probe()
+        _check_micro_batch(self)
         for name in ("distributed", "shuffle", "drop_last", "resume", "overwrite", "track_noise",
                      "check"):
             boolean(getattr(self, name), name)
@@ -187,6 +210,8 @@ class TrainConfig:
         """
         if self.accumulate_step in ADAPTIVE:
             return None
+        if self.micro_batch == AUTO:  # not planned yet: batch_size is the batch per update
+            return self.batch_size
         return self.batch_size * self.accumulate_step * self.ranks
 
     @property
@@ -221,6 +246,8 @@ class TrainConfig:
             '32 x noise (N from 2 to 64, following sqrt(1.5 x the gradient noise scale))'
         """
         ranks = f" x {self.ranks} ranks" if self.distributed else ""
+        if self.micro_batch == AUTO:
+            return f"{self.batch_size} per update, micro-batch auto (measured)"
         if self.accumulate_step == AUTO:
             return (f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, "
                     "measured by branched runs)")

@@ -129,6 +129,8 @@ def write_json_log(path, config, data, history, summary=None):
     content = {"config": {**config.resume_settings(), "device_target": config.device_target, "mode": config.mode,
                           "driver": config.driver},
                "data": data, "epochs": history, "summary": summary}
+    if config.memory_plan is not None:  # --micro-batch auto: what was measured (docs/memory-plan.md)
+        content["memory_plan"] = config.memory_plan
 
     def write(temporary):
         with open(temporary, "w", encoding="utf-8") as f:

@@ -1,0 +1,138 @@
+"""accumulator.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
+import os
+import signal
+
+import pytest
+
+from accumulator.plan import (MemoryPlan, PlanError, Probe, choose_micro_batch, format_size, measure_in_child,
+                              parse_size, peak_resident, plan_micro_batch, touch_memory)
+
+MIB = 2 ** 20
+GIB = 2 ** 30
+
+
+def linear(base, per_sample, speeds=None, calls=None):
+    """A ``measure`` whose peak grows by ``per_sample`` bytes a sample; samples/s from ``speeds`` (or the size)."""
+    def measure(size):
+        if calls is not None:
+            calls.append(size)
+        return Probe(size, base + per_sample * size, float(size) if speeds is None else speeds[size])
+    return measure
+
+
+def test_the_largest_size_under_the_budget_with_its_margin_when_speed_grows_with_size():
+    # 100 MiB + 10 MiB a sample; 90% of 400 MiB is 360 MiB: 16 needs 260, 32 would need 420.
+    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB), 64, budget=400 * MIB, candidates=[4, 8, 16, 32, 64])
+    assert (plan.micro_batch, plan.accumulate_step) == (16, 4)
+    assert plan.probes[-1].size == 32
+
+
+def test_the_fastest_size_that_fits_not_the_largest():
+    speeds = {1: 10.0, 2: 30.0, 4: 25.0, 8: 20.0}
+    plan = choose_micro_batch(linear(0, MIB, speeds), 8, budget=100 * MIB)
+    assert plan.micro_batch == 2
+    assert [probe.size for probe in plan.probes] == [1, 2, 4, 8]
+
+
+def test_the_line_through_the_two_smallest_jumps_to_the_largest_size_it_keeps_under_the_budget():
+    calls = []
+    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 64, budget=400 * MIB)
+    assert calls == [1, 2, 16, 8]  # 16 at 260 MiB fits, and 8 for speed; 32 predicted at 420 MiB > 360: never run
+    skipped = plan.probes[-1]
+    assert (skipped.size, skipped.outcome, skipped.peak) == (32, "not run", 420 * MIB)
+    assert plan.micro_batch == 16
+
+
+def test_a_size_the_line_misjudged_corrects_the_line_and_the_search_steps_down():
+    calls = []
+
+    def measure(size):  # flat at first, then steep: the two smallest show no growth
+        calls.append(size)
+        return Probe(size, (100 + max(0, size - 4) * 10) * MIB, float(size))
+    plan = choose_micro_batch(measure, 64, budget=400 * MIB, candidates=[1, 2, 8, 16, 32, 64])
+    # The flat line sends the search to 64: 700 MiB, over. The line through it puts 32 at about 393 MiB,
+    # over 360: never run. 16 (220 MiB) fits, and 8, below it, runs for speed.
+    assert calls == [1, 2, 64, 16, 8] and plan.micro_batch == 16
+
+
+def test_an_uneven_batch_ends_on_a_smaller_micro_batch_that_completes_it():
+    plan = choose_micro_batch(linear(0, MIB), 20, budget=10 * MIB, candidates=[4, 8, 16])
+    assert plan.micro_batch == 8 and plan.micro_batches == [8, 8, 4] and sum(plan.micro_batches) == 20
+    assert "8 + 8 + 4 = 20 per update" in plan.table()
+
+
+def test_a_budget_below_the_smallest_need_names_that_need():
+    with pytest.raises(PlanError, match=r"below the smallest micro-batch's need: micro-batch 1 peaks at 110\.0 MiB, "
+                                        r"so it needs a budget of 122\.2 MiB"):
+        choose_micro_batch(linear(100 * MIB, 10 * MIB), 8, budget=50 * MIB)
+
+
+def test_a_batch_smaller_than_one_micro_batch_says_so():
+    with pytest.raises(PlanError, match="batch per update of 3 is smaller than one micro-batch: the smallest "
+                                        "candidate is 4"):
+        choose_micro_batch(linear(0, MIB), 3, budget=MIB, candidates=[4, 8])
+
+
+def test_a_failure_that_is_not_memory_reports_its_reason():
+    def measure(size):
+        return Probe(size, outcome="ValueError: shapes (4, 3) and (2,) not aligned") if size == 4 \
+            else linear(0, MIB)(size)
+    with pytest.raises(PlanError, match=r"micro-batch 4 failed, not for memory: ValueError: shapes"):
+        choose_micro_batch(measure, 8, budget=GIB)
+
+
+
+def test_out_of_memory_steps_down_and_the_sizes_that_fit_are_chosen_from():
+    calls = []
+
+    def measure(size):
+        calls.append(size)
+        return Probe(size, outcome="out of memory (killed by SIGKILL)") if size >= 4 else linear(0, MIB)(size)
+    plan = choose_micro_batch(measure, 16, budget=GIB)
+    assert plan.micro_batch == 2 and calls == [1, 2, 16, 8, 4]
+    assert "out of memory (killed by SIGKILL)" in plan.table()
+
+
+def test_sizes_parse_in_binary_units_and_read_back():
+    assert parse_size("6GiB") == parse_size("6G") == parse_size("6gb") == 6 * 2 ** 30
+    assert format_size(parse_size("512MiB")) == "512.0 MiB"
+    for bad in ("", "6 parsecs", "0G", "-1G"):
+        with pytest.raises(ValueError, match="expected a size such as 512MiB"):
+            parse_size(bad)
+
+
+def test_a_step_that_is_not_importable_is_refused_before_any_child():
+    with pytest.raises(PlanError, match="make_step must be a top-level function"):
+        plan_micro_batch(lambda size: None, 8, "1GiB", device="CPU")
+
+
+def test_the_plan_records_what_it_measured():
+    plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Probe(4, 5 * MIB, 9.0),))
+    assert plan.record()["probes"] == [{"size": 4, "peak": 5 * MIB, "samples_per_second": 9.0, "outcome": "measured"}]
+
+
+def raise_for(size):
+    raise ValueError(f"no step for {size} samples\n\n- C++ Call Stack: (For framework developers)")
+
+
+def killed(size):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_child_measures_the_memory_its_step_holds_per_sample():
+    # 64 MiB a sample: the two children's peaks differ by the 3 samples' 192 MiB, give or take the import's noise.
+    small, large = (measure_in_child(touch_memory, size, args=(64 * MIB,), steps=1) for size in (1, 4))
+    assert abs((large.peak - small.peak) - 192 * MIB) < 32 * MIB
+    budget = int((small.peak + 130 * MIB) / 0.9)  # room for 1 and 2, not 4
+    plan = plan_micro_batch(touch_memory, 8, budget, args=(64 * MIB,), candidates=[1, 2, 4], steps=1)
+    assert plan.micro_batch in (1, 2)
+    assert all(probe.peak <= budget * 0.9 for probe in plan.probes if probe.size == plan.micro_batch)
+    assert plan.probes[-1].size == 4 and plan.probes[-1].peak > budget * 0.9
+
+
+@pytest.mark.slow
+def test_a_child_killed_by_a_signal_is_out_of_memory_and_an_exception_is_its_text():
+    assert measure_in_child(killed, 1).outcome == "out of memory (killed by SIGKILL)"
+    assert measure_in_child(raise_for, 3).outcome == "ValueError: no step for 3 samples"
+    assert peak_resident() > 0  # and the run is still here
