@@ -16,7 +16,7 @@ from accumulator import BUDGET_FRACTION
 from training.arguments import (device_target, flag, in_flags, memory_size, non_negative_int, one_of, positive_float,
                                 positive_int)
 from training.checkpoints import resume_hint
-from training.config import (ADAPTIVE, AUTO, AUTO_STEPS, DEVICES, DRIVERS, IN_GRAPH_TENSORS, MODES, NOISE_STEPS,
+from training.config import (ADAPTIVE, AUTO, AUTO_STEPS, DEVICES, DRIVERS, FEW_TENSORS, MODES, NOISE_STEPS,
                              PROBE_INTERVAL, PROBE_TOLERANCE, RESUME_FIELDS, SCALE_RULES, TrainConfig)
 from training.context import configure_context
 from training.errors import TrainingError
@@ -73,9 +73,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
     run.add_argument("--driver", type=one_of(*DRIVERS), default="auto", metavar="{" + ",".join(DRIVERS) + "}",
                      help="how windows are driven, all to the same weights: in-graph (the accumulator called in "
                           "the compiled step), host (the compiled step only adds, step() applies from the host), "
-                          "window (one compiled call per window, an in-graph loop); auto: in-graph for nets of at "
-                          f"most {IN_GRAPH_TENSORS} parameter tensors, else host; docs/performance.md (default "
-                          "%(default)s)")
+                          "window (one compiled call per window, an in-graph loop); auto: for nets of at most "
+                          f"{FEW_TENSORS} parameter tensors window (in-graph while N changes), else host; "
+                          "docs/performance.md (default %(default)s)")
     run.add_argument("--window-step", dest="driver", action="store_const", const="window",
                      help="the same as --driver window")
     run.add_argument("--distributed", action="store_true",

@@ -27,11 +27,12 @@ NOISE = "noise"
 NOISE_STEPS = (2, 64)
 ADAPTIVE = (AUTO, NOISE)
 MODES = ("graph", "pynative")
-# How a window is driven (docs/performance.md#which-driver): "auto" picks in-graph or host by the net's tensors.
+# How a window is driven (docs/performance.md#which-driver): "auto" picks one by the net's tensors and N.
 DRIVERS = ("auto", "in-graph", "host", "window")
-# "auto" runs the in-graph call for nets of at most this many parameter tensors, the host step above it:
-# the window's branch costs more with every tensor that crosses it (docs/performance.md#which-driver).
-IN_GRAPH_TENSORS = 8
+# "auto" compiles the window in the graph (the window step, or the in-graph call while N changes) for nets of at
+# most this many parameter tensors, and runs the host step above: a branch costs more with every tensor that
+# crosses it (docs/performance.md#which-driver).
+FEW_TENSORS = 8
 # How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.

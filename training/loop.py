@@ -18,7 +18,7 @@ from tqdm import tqdm
 from accumulator import (Accumulator, CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, WindowAllReduce,
                          check_equivalence, make_window_step)
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
-from training.config import AUTO, IN_GRAPH_TENSORS, NOISE, NOISE_STEPS
+from training.config import ADAPTIVE, AUTO, FEW_TENSORS, NOISE, NOISE_STEPS
 from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
@@ -163,24 +163,27 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"in-graph"`` for an optimizer of at most
-    ``IN_GRAPH_TENSORS`` parameter tensors and ``"host"`` above; PyNative
-    mode runs op by op, where only the in-graph call adds and applies in
-    one step (docs/performance.md#which-driver).
+    ``"auto"``, for an optimizer of at most ``FEW_TENSORS`` parameter
+    tensors, is ``"window"``, or ``"in-graph"`` while N changes (the window
+    step needs a fixed N); above, ``"host"``. PyNative mode runs op by op,
+    where only the in-graph call adds and applies in one step
+    (docs/performance.md#which-driver).
 
     Example:
         >>> from training.config import TrainConfig
         >>> small, large = nn.Dense(3, 1), nn.SequentialCell([nn.Dense(3, 3) for _ in range(8)])
         >>> [choose_driver(TrainConfig(), nn.SGD(n.trainable_params(), 0.1)) for n in (small, large)]
-        ['in-graph', 'host']
-        >>> choose_driver(TrainConfig(driver="window"), nn.SGD(small.trainable_params(), 0.1))
-        'window'
+        ['window', 'host']
+        >>> choose_driver(TrainConfig(accumulate_step="auto"), nn.SGD(small.trainable_params(), 0.1))
+        'in-graph'
     """
     if config.driver != "auto":
         return config.driver
-    if config.mode != "graph" or len(optimizer.parameters) <= IN_GRAPH_TENSORS:
+    if config.mode != "graph":
         return "in-graph"
-    return "host"
+    if len(optimizer.parameters) > FEW_TENSORS:
+        return "host"
+    return "in-graph" if config.accumulate_step in ADAPTIVE else "window"
 
 
 def build_run(config, task):
@@ -528,8 +531,10 @@ def _driver_description(run, config):
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
     tensors = len(run.optimizer.parameters)
-    bound = "at most" if run.driver == "in-graph" else "more than"
-    return f"driver {run.driver} ({tensors} parameter tensors, {bound} {IN_GRAPH_TENSORS})"
+    if run.driver == "host":
+        return f"driver host ({tensors} parameter tensors, more than {FEW_TENSORS})"
+    n = "N changes" if run.driver == "in-graph" else "a fixed N"
+    return f"driver {run.driver} ({tensors} parameter tensors, at most {FEW_TENSORS}; {n})"
 
 
 def _quiet(*_):
