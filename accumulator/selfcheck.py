@@ -134,7 +134,7 @@ def check_equivalence(grad_fn: Callable, micro_batches: Sequence[tuple], accumul
         (True, (), True)
         >>> print(report)
         equivalent: the window's gradient is the large batch's, to float32 rounding (largest difference
-        ...e-0... of the gradient's size, ...e-0... absolute, tolerance 1e-04); accumulator state ...x the
+        ...e... of the gradient's size, ...e... absolute, tolerance 1e-04); accumulator state ...x the
         parameters' bytes (... / 32)
 
     Uneven micro-batches averaged without counts are a mean of means; the
