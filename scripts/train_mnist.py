@@ -89,7 +89,7 @@ def main(argv=None):
 
     Example (one epoch of the look-alike, a few seconds):
         >>> summary = main(["--synthetic", "--epochs", "1", "--log-json", "run.json"])
-        synthetic MNIST look-alike from ...: 6000 train / 1000 test samples; batch 32 x 2 = effective 64; sgd lr 0.01; graph mode on CPU; driver window (6 parameter tensors, at most 8; a fixed N)
+        synthetic MNIST look-alike from ...: 6000 train / 1000 test samples; batch 32 x 2 = effective 64; sgd lr 0.01; graph mode on CPU; driver window (a fixed N)
         compiled the train step in ... s
         epoch 1/1: train loss ..., test accuracy ...%, test loss ..., ... samples/s, ... s
         best test accuracy ...% (epoch 1), final ...%; ... samples/s; effective batch 64 (32 x 2), 94 updates

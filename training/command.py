@@ -73,9 +73,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
     run.add_argument("--driver", type=one_of(*DRIVERS), default="auto", metavar="{" + ",".join(DRIVERS) + "}",
                      help="how windows are driven, all to the same weights: in-graph (the accumulator called in "
                           "the compiled step), host (the compiled step only adds, step() applies from the host), "
-                          "window (one compiled call per window, an in-graph loop); auto: for nets of at most "
-                          f"{FEW_TENSORS} parameter tensors window (in-graph while N changes), else host; "
-                          "docs/performance.md (default %(default)s)")
+                          "window (one compiled call per window, an in-graph loop); auto: window at a fixed N; "
+                          f"while N changes, in-graph for nets of at most {FEW_TENSORS} parameter tensors, else "
+                          "host; docs/performance.md (default %(default)s)")
     run.add_argument("--window-step", dest="driver", action="store_const", const="window",
                      help="the same as --driver window")
     run.add_argument("--distributed", action="store_true",

@@ -27,11 +27,10 @@ NOISE = "noise"
 NOISE_STEPS = (2, 64)
 ADAPTIVE = (AUTO, NOISE)
 MODES = ("graph", "pynative")
-# How a window is driven (docs/performance.md#which-driver): "auto" picks one by the net's tensors and N.
+# How a window is driven (docs/performance.md#which-driver): "auto" runs the window step at a fixed N; while N
+# changes, the in-graph call for nets of few parameter tensors (at most FEW_TENSORS) and the host step above it.
 DRIVERS = ("auto", "in-graph", "host", "window")
-# "auto" compiles the window in the graph (the window step, or the in-graph call while N changes) for nets of at
-# most this many parameter tensors, and runs the host step above: a branch costs more with every tensor that
-# crosses it (docs/performance.md#which-driver).
+# A branch in the graph costs more with every tensor that crosses it (docs/performance.md#which-driver).
 FEW_TENSORS = 8
 # How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")

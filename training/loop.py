@@ -163,27 +163,28 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"``, for an optimizer of at most ``FEW_TENSORS`` parameter
-    tensors, is ``"window"``, or ``"in-graph"`` while N changes (the window
-    step needs a fixed N); above, ``"host"``. PyNative mode runs op by op,
-    where only the in-graph call adds and applies in one step
-    (docs/performance.md#which-driver).
+    ``"auto"`` is ``"window"`` at a fixed N; while N changes (the window
+    step needs a fixed N), ``"in-graph"`` for an optimizer of at most
+    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
+    runs op by op, where only the in-graph call adds and applies in one
+    step (docs/performance.md#which-driver).
 
     Example:
         >>> from training.config import TrainConfig
         >>> small, large = nn.Dense(3, 1), nn.SequentialCell([nn.Dense(3, 3) for _ in range(8)])
         >>> [choose_driver(TrainConfig(), nn.SGD(n.trainable_params(), 0.1)) for n in (small, large)]
-        ['window', 'host']
-        >>> choose_driver(TrainConfig(accumulate_step="auto"), nn.SGD(small.trainable_params(), 0.1))
-        'in-graph'
+        ['window', 'window']
+        >>> [choose_driver(TrainConfig(accumulate_step="auto"), nn.SGD(n.trainable_params(), 0.1))
+        ...  for n in (small, large)]
+        ['in-graph', 'host']
     """
     if config.driver != "auto":
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if len(optimizer.parameters) > FEW_TENSORS:
-        return "host"
-    return "in-graph" if config.accumulate_step in ADAPTIVE else "window"
+    if config.accumulate_step not in ADAPTIVE:
+        return "window"
+    return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
 
 def build_run(config, task):
@@ -530,11 +531,11 @@ def _driver_description(run, config):
     """How the first line names the driver: with ``--driver auto``, why it was chosen."""
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
+    if run.driver == "window":
+        return "driver window (a fixed N)"
     tensors = len(run.optimizer.parameters)
-    if run.driver == "host":
-        return f"driver host ({tensors} parameter tensors, more than {FEW_TENSORS})"
-    n = "N changes" if run.driver == "in-graph" else "a fixed N"
-    return f"driver {run.driver} ({tensors} parameter tensors, at most {FEW_TENSORS}; {n})"
+    bound = "at most" if run.driver == "in-graph" else "more than"
+    return f"driver {run.driver} (N changes; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
 
 
 def _quiet(*_):
