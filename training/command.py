@@ -101,7 +101,7 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                f"branched runs, from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, growing only "
                                "(docs/batch-size.md); 'noise': N follows the measured gradient noise scale, from "
                                f"{NOISE_STEPS[0]} to {NOISE_STEPS[1]}, which overshoots (docs/scale-rules.md); "
-                               "either implies --track-noise, not with --window-step (default %(default)s)")
+                               "either implies --track-noise, not with --driver window (default %(default)s)")
     training.add_argument("--probe-interval", type=positive_int, default=None, metavar="X",
                           help=f"with --accumulate-step auto: {sample}s seen (tokens for a language model) between "
                                "the first probe of the window and the second; each gap after is twice the one "
