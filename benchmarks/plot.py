@@ -1,4 +1,4 @@
-"""The benchmarks' figures: throughput bars and peak memory against effective batch; the end-to-end bars."""
+"""The benchmarks' figures: throughput and peak memory against effective batch; end-to-end bars; time to target."""
 import sys
 
 from benchmarks.configs import SWEPT
@@ -83,6 +83,49 @@ def plot_end_to_end(rows, path, label):
             bars.text(row["samples_per_s"], index, f" {row['vs_ceiling']:.2f}x", va="center", fontsize=8)
     bars.invert_yaxis()
     bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the fastest driver on Tensors in memory)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def plot_time_to_target(data, path, titles):
+    """Writes, per tool, validation loss and the measured window's N against what was seen, to ``path`` (PNG).
+
+    ``data`` is ``benchmarks.time_to_target.plot_data``'s: per tool, loss
+    curves ``{label: [(seen, loss)]}`` (the measured window's solid, the
+    others dashed) and the measured window's N ``{label: [(seen, N)]}``, a
+    step on the right axis; ``titles[tool]`` names a panel. Returns False,
+    after a line on stderr, when matplotlib is not installed.
+
+    Example:
+        >>> import os, tempfile
+        >>> losses = {"N=1, seed 0": [(10, 2.0), (20, 1.5)], "auto sqrt, seed 0": [(10, 1.9), (20, 1.4)]}
+        >>> data = {"lm": dict(losses=losses, windows={"auto sqrt, seed 0": [(0, 1), (0, 2), (20, 2)]})}
+        >>> path = os.path.join(tempfile.mkdtemp(), "ttt.png")
+        >>> plot_time_to_target(data, path, {"lm": "LM (tokens)"}), os.path.getsize(path) > 0
+        (True, True)
+    """
+    plt = _pyplot()
+    if plt is None:
+        return False
+    from matplotlib import ticker
+    figure, panels = plt.subplots(1, len(data), figsize=(7 * len(data), 4.5), squeeze=False)
+    for panel, (tool, shown) in zip(panels[0], data.items()):
+        windows = panel.twinx()
+        for label, points in shown["losses"].items():
+            measured = label in shown["windows"]
+            line, = panel.plot(*zip(*points), marker="o", linestyle="-" if measured else "--", label=label)
+            if measured:
+                windows.step(*zip(*shown["windows"][label]), where="post", color=line.get_color(), alpha=0.5,
+                             linewidth=3, label=f"N, {label}")
+        panel.set_xlabel("seen")
+        panel.set_ylabel("validation loss (lines with dots)")
+        panel.set_title(titles[tool])
+        panel.legend(fontsize=7, loc="upper right")
+        windows.set_yscale("log", base=2)
+        windows.yaxis.set_major_formatter(ticker.FormatStrFormatter("%d"))
+        windows.set_ylabel("N of the measured window (wide steps)")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
