@@ -120,6 +120,7 @@ def plot_time_to_target(data, path, titles):
                 windows.step(*zip(*shown["windows"][label]), where="post", color=line.get_color(), alpha=0.5,
                              linewidth=3, label=f"N, {label}")
         panel.set_xlabel("seen")
+        panel.set_yscale("log")
         panel.set_ylabel("validation loss (lines with dots)")
         panel.set_title(titles[tool])
         panel.legend(fontsize=7, loc="upper right")

@@ -145,11 +145,12 @@ def done(records, target, target_epoch):
 
 def train(tool, accumulate_step, scale_rule, seed, epochs, target=None, target_epoch=TARGET_EPOCH, data_dir=None,
           timeout=1200):
-    """Runs one tool in a process of its own: ``{"records", "command", "load_before", "stopped"}``, or ``error``.
+    """Runs one tool in a process of its own: ``{"records", "command", "load_before", "load_after", "stopped"}``.
 
     With ``target`` the run is stopped once :func:`done` (``stopped`` True);
-    ``records`` are ``--log-json``'s epochs. A run that fails, or outlasts
-    ``timeout`` seconds, gives ``error``, the tail of its output.
+    ``records`` are ``--log-json``'s epochs; the loads are the 1-minute
+    load averages at its start and end. A run that fails, or outlasts
+    ``timeout`` seconds, gives ``error`` too, the tail of its output.
 
     Example (it trains: tests/test_benchmarks_time_to_target.py runs the whole command):
         >>> run = train("mnist", 2, "linear", 0, 1)  # doctest: +SKIP
@@ -169,14 +170,15 @@ def train(tool, accumulate_step, scale_rule, seed, epochs, target=None, target_e
                 if time.time() - started > timeout:
                     process.kill()
                     process.wait()
-                    return dict(run, error=f"timed out after {timeout} s (--timeout)", records=_logged(log))
+                    return dict(run, error=f"timed out after {timeout} s (--timeout)", records=_logged(log),
+                                load_after=os.getloadavg()[0])
                 if target is not None and done(_logged(log), target, target_epoch):
                     process.send_signal(signal.SIGTERM)
                     process.wait()
                     run["stopped"] = True
                     break
                 time.sleep(POLL_SECONDS)
-        run["records"] = _logged(log)
+        run.update(records=_logged(log), load_after=os.getloadavg()[0])
         if process.returncode and not run["stopped"]:
             with open(output, encoding="utf-8") as handle:
                 tail = handle.read().strip().splitlines()[-5:]
@@ -211,8 +213,8 @@ def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=N
                 runs.append(run)
                 losses = ", ".join(f"{record['test_loss']:.4f}" for record in run["records"])
                 status = run.get("error", "").splitlines()[-1:] or [f"validation loss {losses}"]
-                print(f"[{time.time() - started:6.0f}s] {tool} seed {seed} {name} (load {run['load_before']:.2f}): "
-                      f"{status[0]}", file=log, flush=True)
+                print(f"[{time.time() - started:6.0f}s] {tool} seed {seed} {name} (load {run['load_before']:.2f}"
+                      f"-{run['load_after']:.2f}): {status[0]}", file=log, flush=True)
                 if target is None:
                     if "error" in run or len(run["records"]) < target_epoch:
                         break
