@@ -121,6 +121,8 @@ def plot_time_to_target(data, path, titles):
                              linewidth=3, label=f"N, {label}")
         panel.set_xlabel("seen")
         panel.set_yscale("log")
+        for axis in (panel.yaxis.set_major_formatter, panel.yaxis.set_minor_formatter):
+            axis(ticker.FormatStrFormatter("%.3g"))
         panel.set_ylabel("validation loss (lines with dots)")
         panel.set_title(titles[tool])
         panel.legend(fontsize=7, loc="upper right")
