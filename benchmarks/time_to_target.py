@@ -48,6 +48,7 @@ WINDOWS = (1, 2, 4, 8, 16, *ADAPTIVE)
 TARGET_EPOCH = 3
 CAP = 2  # a run is "not reached" after CAP x N = 1's samples
 WITHIN = 1.15  # the issue's bound on the measured window against the best fixed one
+TIMEOUT = 1200  # seconds per run: the language model's capped runs under some load
 POLL_SECONDS = 0.5
 HEADER = ("s to target: training seconds (epochs' seconds, probes included; compile and evaluation not) until the "
           "validation loss first reaches N = 1's after epoch {epoch}, same seed; the tools evaluate once per epoch, "
@@ -146,7 +147,7 @@ def done(records, target, target_epoch):
 
 
 def train(tool, accumulate_step, scale_rule, seed, epochs, target=None, target_epoch=TARGET_EPOCH, data_dir=None,
-          timeout=1200):
+          timeout=TIMEOUT):
     """Runs one tool in a process of its own: ``{"records", "command", "load_before", "load_after", "stopped"}``.
 
     With ``target`` the run is stopped once :func:`done` (``stopped`` True);
@@ -188,7 +189,7 @@ def train(tool, accumulate_step, scale_rule, seed, epochs, target=None, target_e
         return run
 
 
-def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=1200, log=None):
+def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=TIMEOUT, log=None):
     """Every configuration of every tool and seed, one after the other, N = 1 first: a list of runs.
 
     Each run is :func:`train`'s with ``tool``, ``seed``, ``name`` and, but
@@ -471,7 +472,7 @@ def plot_data(runs, analysed):
     return data
 
 
-def report(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=1200, json_path=None,
+def report(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=TIMEOUT, json_path=None,
            settings=None, plot_path=None):
     """The ``--time-to-target`` run: every configuration trained; table and load note printed, JSON and plot written.
 

@@ -36,7 +36,7 @@ from benchmarks.configs import MODES, NETS, make_configs, name_list, positive, p
 from benchmarks.contenders import CONTENDERS, OPTIMIZERS, default_contenders  # noqa: E402
 from benchmarks.report import best_rows, finish, format_table, summarize  # noqa: E402
 from benchmarks.runner import run_configs  # noqa: E402
-from benchmarks.time_to_target import TARGET_EPOCH, TOOLS, WINDOWS, seed_list, window_list  # noqa: E402
+from benchmarks.time_to_target import TARGET_EPOCH, TIMEOUT, TOOLS, WINDOWS, seed_list, window_list  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -73,7 +73,7 @@ def parse_args(argv=None):
     parser.add_argument("--sweep-net", default="wide", choices=sorted(NETS))
     parser.add_argument("--device-target", default="CPU", choices=("CPU", "GPU", "Ascend"))
     parser.add_argument("--timeout", type=positive(float), default=None,
-                        help="seconds before a worker is killed (default 300; with --time-to-target 1200 per run)")
+                        help=f"seconds before a worker is killed (default 300; --time-to-target: {TIMEOUT} a run)")
     parser.add_argument("--json", help="write every run and the summary to this path")
     parser.add_argument("--plot", help="write a PNG (needs matplotlib) to this path")
     parser.add_argument("--end-to-end", action="store_true",
@@ -104,7 +104,7 @@ def parse_args(argv=None):
                              "(--end-to-end: 1 repeat of 3 epochs)")
     args = parser.parse_args(argv)
     if args.timeout is None:
-        args.timeout = 1200 if args.time_to_target else 300
+        args.timeout = TIMEOUT if args.time_to_target else 300
     if args.accumulate is None:
         args.accumulate = 2 if args.end_to_end else 8
     if args.paired and len(args.contenders) < 2:

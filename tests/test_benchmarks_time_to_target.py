@@ -129,6 +129,12 @@ def test_a_bad_value_stops_the_command_with_one_line_naming_it(flags, words, cap
     assert all(word in error for word in words), error
 
 
+def test_the_command_defaults_to_both_tools_two_seeds_every_window_and_a_longer_timeout():
+    args = parse_args(["--time-to-target"])
+    assert (args.tools, args.seeds, args.windows) == (["mnist", "lm"], [0, 1], [1, 2, 4, 8, 16, "noise", "auto"])
+    assert args.target_epoch == 3 and args.timeout == ttt.TIMEOUT and parse_args([]).timeout == 300
+
+
 @pytest.mark.slow  # end to end: two tool processes, each compiles
 def test_the_command_trains_n1_and_the_measured_window_and_writes_the_table_json_and_plot(tmp_path, capsys):
     data = str(tmp_path / "mnist")
