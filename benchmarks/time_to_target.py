@@ -304,7 +304,8 @@ def analyse(runs, target_epoch=TARGET_EPOCH):
     (the fixed configuration with the lowest median), ``n_epoch1`` (N at the
     first epoch's end, per seed), ``loss`` after ``target_epoch`` epochs per
     seed (equal samples), and for ``auto`` runs ``probe_share`` and
-    ``probe_spent`` (:func:`probe_shares`, per seed). The checks count
+    ``probe_spent`` (:func:`probe_shares` up to the target, or of the whole
+    run when it is not reached; per seed). The checks count
     seeds: the measured window faster than N = 1; within ``WITHIN`` of the
     best fixed window; its N after the first epoch within one doubling of
     the best fixed window's; after each of the first ``target_epoch``
@@ -340,9 +341,10 @@ def analyse(runs, target_epoch=TARGET_EPOCH):
                 row["seconds"][seed] = seconds_to(curve(records), targets[seed])
                 row["n_epoch1"][seed] = records[0].get("accumulate_step", _fixed_window(name)) if records else None
                 row["loss"][seed] = records[target_epoch - 1]["test_loss"] if len(records) >= target_epoch else None
-                if name.startswith("auto") and row["seconds"][seed] is not None:
+                if name.startswith("auto") and records:
+                    until = row["seconds"][seed] or curve(records)[-1][1]  # never reached: the whole run
                     row.setdefault("probe_share", {})[seed], row.setdefault("probe_spent", {})[seed] = probe_shares(
-                        records, row["seconds"][seed])
+                        records, until)
             row["median"] = _median(list(row["seconds"].values()))
             rows.append(row)
         analysed[tool] = _compare(rows, ran, seeds, target_epoch)

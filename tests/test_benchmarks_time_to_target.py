@@ -94,12 +94,15 @@ def test_the_probes_share_counts_their_seconds_up_to_the_target_and_what_the_oth
 
 def test_a_failed_run_keeps_its_error_and_a_seed_without_n1_is_left_out():
     runs = [run("N=1", 0, epochs(2.0, 1.5, 1.0)), run("N=1", 1, [], error="Traceback\nMemoryError: boom"),
-            run("auto sqrt", 0, epochs(2.0), error="Traceback\nValueError: bad")]
+            run("auto sqrt", 0, epochs(2.0, probes=[dict(seen=0, accumulate_step=1, seconds=2.0,
+                                                         branch_seconds={"1": 1.0, "2": 0.5})]),
+                error="Traceback\nValueError: bad")]
     result = ttt.analyse(runs)["lm"]
     assert result["seeds"] == [0] and result["best"] == "N=1"  # N = 1 is a fixed window too
     assert [(check["met"], check["of"]) for check in result["checks"]] == [(0, 1)] * 4  # never reached, no epoch 3
     auto = result["rows"][1]
     assert auto["seconds"] == {0: None} and auto["loss"] == {0: None} and auto["errors"] == ["ValueError: bad"]
+    assert (auto["probe_share"], auto["probe_spent"]) == ({0: 0.2}, {0: 0.1})  # not reached: of the whole run
     assert "auto sqrt" in ttt.format_time_to_target({"lm": result}).split("ERROR")[0]
 
 
