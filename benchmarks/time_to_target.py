@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks.report import finish, ruled
+from benchmarks.report import finish, ruled, write_json
 from benchmarks.runner import REPO_ROOT, worker_env
 
 TOOLS = {"mnist": "scripts/train_mnist.py", "lm": "scripts/train_lm.py"}
@@ -475,16 +475,26 @@ def plot_data(runs, analysed):
 
 
 def report(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=TIMEOUT, json_path=None,
-           settings=None, plot_path=None):
+           settings=None, plot_path=None, from_json=None):
     """The ``--time-to-target`` run: every configuration trained; table and load note printed, JSON and plot written.
 
-    Returns the exit status (:func:`benchmarks.report.finish`'s).
+    The runs are written to ``json_path`` as soon as they are done, then
+    again with the analysis. ``from_json`` names such a file: its runs
+    (and the ``target_epoch`` they ran to) are analysed again instead of
+    trained. Returns the exit status (:func:`benchmarks.report.finish`'s).
 
     Example:
         >>> report(["mnist", "lm"], [0, 1], json_path="ttt.json", plot_path="ttt.png")  # doctest: +SKIP
         0
     """
-    runs = run_all(tools, seeds, windows, target_epoch, data_dir, timeout)
+    if from_json:
+        with open(from_json, encoding="utf-8") as handle:
+            saved = json.load(handle)
+        runs, target_epoch = saved["runs"], saved["settings"]["target_epoch"]
+    else:
+        runs = run_all(tools, seeds, windows, target_epoch, data_dir, timeout)
+        if json_path:
+            write_json(json_path, settings=settings, runs=runs)  # kept, should the analysis fail
     analysed = analyse(runs, target_epoch)
     print(format_time_to_target(analysed, target_epoch))
 

@@ -99,6 +99,8 @@ def parse_args(argv=None):
                         help="with --time-to-target: comma list of fixed N (1 among them) and noise, auto")
     parser.add_argument("--target-epoch", type=positive(int), default=TARGET_EPOCH,
                         help="with --time-to-target: N = 1's epochs; its validation loss then is the target")
+    parser.add_argument("--from-json", default=None, metavar="PATH",
+                        help="with --time-to-target: analyse the runs a --json of an earlier one holds, not train")
     parser.add_argument("--quick", action="store_true",
                         help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep "
                              "(--end-to-end: 1 repeat of 3 epochs)")
@@ -130,7 +132,7 @@ def main(argv=None):
     if args.time_to_target:
         from benchmarks.time_to_target import report
         return report(args.tools, args.seeds, args.windows, args.target_epoch, args.data_dir, args.timeout, args.json,
-                      vars(args), args.plot)
+                      vars(args), args.plot, args.from_json)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,

@@ -138,6 +138,25 @@ def test_the_command_defaults_to_both_tools_two_seeds_every_window_and_a_longer_
     assert args.target_epoch == 3 and args.timeout == ttt.TIMEOUT and parse_args([]).timeout == 300
 
 
+def test_the_runs_of_an_earlier_json_are_analysed_again_into_the_table_json_and_plot(tmp_path, capsys):
+    runs = [run("N=1", 0, epochs(2.0, 1.5, 1.0), tool="mnist", load_before=0.1),
+            run("N=2 linear", 0, epochs(1.9, 1.4, 0.9, seconds=6.0), tool="mnist", load_before=0.1),
+            run("auto linear", 0, epochs(1.9, 1.3, 0.9, seconds=7.0, n=4,
+                                         probes=[dict(seen=0, accumulate_step=4, seconds=1.0,
+                                                      branch_seconds={"1": 0.3, "2": 0.2, "4": 0.2})]),
+                tool="mnist", load_before=0.1)]
+    saved, again, plot_path = tmp_path / "runs.json", str(tmp_path / "again.json"), str(tmp_path / "ttt.png")
+    saved.write_text(json.dumps({"settings": {"target_epoch": 3}, "runs": runs}))
+    assert main(["--time-to-target", "--from-json", str(saved), "--json", again, "--plot", plot_path]) == 0
+    table = capsys.readouterr().out
+    assert "MNIST (samples), seeds 0; best fixed window: N=2 linear" in table
+    with open(again) as handle:
+        analysed = json.load(handle)["analysed"]["mnist"]
+    medians = [row["median"] for row in analysed["rows"]]
+    assert medians == pytest.approx([30.0, 12.0 + 6.0 * 0.4 / 0.5, 14.0 + 7.0 * 0.3 / 0.4])  # target 1.0
+    assert os.path.getsize(plot_path) > 0
+
+
 @pytest.mark.slow  # end to end: two tool processes, each compiles
 def test_the_command_trains_n1_and_the_measured_window_and_writes_the_table_json_and_plot(tmp_path, capsys):
     data = str(tmp_path / "mnist")
