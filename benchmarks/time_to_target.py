@@ -189,14 +189,15 @@ def train(tool, accumulate_step, scale_rule, seed, epochs, target=None, target_e
         return run
 
 
-def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=TIMEOUT, log=None):
+def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=None, timeout=TIMEOUT, log=None,
+            save=None):
     """Every configuration of every tool and seed, one after the other, N = 1 first: a list of runs.
 
     Each run is :func:`train`'s with ``tool``, ``seed``, ``name`` and, but
     for N = 1's, the ``target`` it ran to. ``data_dir`` is MNIST's (the
     language model takes ``--synthetic``). A progress line per run goes to
-    ``log`` (default stderr). When N = 1 fails, the seed's other runs are
-    not started.
+    ``log`` (default stderr), and ``save(runs)``, when given, is called
+    after each run. When N = 1 fails, the seed's other runs are not started.
 
     Example (it trains: tests/test_benchmarks_time_to_target.py runs the whole command):
         >>> runs = run_all(["mnist"], [0], [1, "auto"], target_epoch=1)  # doctest: +SKIP
@@ -214,6 +215,8 @@ def run_all(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=N
                            **train(tool, step, rule, seed, epochs, target, target_epoch,
                                    data_dir if tool == "mnist" else None, timeout))
                 runs.append(run)
+                if save:
+                    save(runs)
                 losses = ", ".join(f"{record['test_loss']:.4f}" for record in run["records"])
                 status = run.get("error", "").splitlines()[-1:] or [f"validation loss {losses}"]
                 print(f"[{time.time() - started:6.0f}s] {tool} seed {seed} {name} (load {run['load_before']:.2f}"
@@ -478,8 +481,8 @@ def report(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=No
            settings=None, plot_path=None, from_json=None):
     """The ``--time-to-target`` run: every configuration trained; table and load note printed, JSON and plot written.
 
-    The runs are written to ``json_path`` as soon as they are done, then
-    again with the analysis. ``from_json`` names such a file: its runs
+    The runs are written to ``json_path`` as each is done (an interrupted
+    run keeps them), then again with the analysis. ``from_json`` names such a file: its runs
     (and the ``target_epoch`` they ran to) are analysed again instead of
     trained. Returns the exit status (:func:`benchmarks.report.finish`'s).
 
@@ -492,9 +495,8 @@ def report(tools, seeds, windows=WINDOWS, target_epoch=TARGET_EPOCH, data_dir=No
             saved = json.load(handle)
         runs, target_epoch = saved["runs"], saved["settings"]["target_epoch"]
     else:
-        runs = run_all(tools, seeds, windows, target_epoch, data_dir, timeout)
-        if json_path:
-            write_json(json_path, settings=settings, runs=runs)  # kept, should the analysis fail
+        runs = run_all(tools, seeds, windows, target_epoch, data_dir, timeout,
+                       save=json_path and (lambda runs: write_json(json_path, settings=settings, runs=runs)))
     analysed = analyse(runs, target_epoch)
     print(format_time_to_target(analysed, target_epoch))
 

@@ -1,4 +1,5 @@
 """benchmarks/time_to_target.py: the time to N = 1's loss from hand-written logs, and the command end to end."""
+import io
 import json
 import os
 
@@ -104,6 +105,25 @@ def test_a_failed_run_keeps_its_error_and_a_seed_without_n1_is_left_out():
     assert auto["seconds"] == {0: None} and auto["loss"] == {0: None} and auto["errors"] == ["ValueError: bad"]
     assert (auto["probe_share"], auto["probe_spent"]) == ({0: 0.2}, {0: 0.1})  # not reached: of the whole run
     assert "auto sqrt" in ttt.format_time_to_target({"lm": result}).split("ERROR")[0]
+
+
+def test_each_seed_runs_n1_first_and_the_others_to_its_target_each_saved_as_it_is_done(monkeypatch):
+    calls, saved = [], []
+
+    def train(tool, step, rule, seed, epochs, target, target_epoch, data_dir, timeout):  # the tool, as its log reads
+        calls.append((seed, step, rule, epochs, target))
+        if seed == 1:
+            return dict(records=[], load_before=0.0, load_after=0.0, error="Traceback\nMemoryError: boom")
+        return dict(records=epochs_of(step), load_before=0.0, load_after=0.0, stopped=target is not None)
+
+    def epochs_of(step):
+        return epochs(2.0, 1.5, 1.0) if step == 1 else epochs(1.8, 1.2, 0.9)
+
+    monkeypatch.setattr(ttt, "train", train)
+    runs = ttt.run_all(["lm"], [0, 1], [1, 2, "auto"], log=io.StringIO(), save=lambda runs: saved.append(len(runs)))
+    assert calls == [(0, 1, "none", 3, None), (0, 2, "none", 6, 1.0), (0, 2, "sqrt", 6, 1.0),
+                     (0, "auto", "sqrt", 6, 1.0), (1, 1, "none", 3, None)]  # seed 1's N = 1 failed: no target
+    assert saved == [1, 2, 3, 4, 5] and [run["name"] for run in runs][-1] == "N=1"
 
 
 def test_the_configurations_and_commands_follow_the_rules_regime():
