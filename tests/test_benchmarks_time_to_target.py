@@ -110,8 +110,8 @@ def test_a_failed_run_keeps_its_error_and_a_seed_without_n1_is_left_out():
 def test_each_seed_runs_n1_first_and_the_others_to_its_target_each_saved_as_it_is_done(monkeypatch):
     calls, saved = [], []
 
-    def train(tool, step, rule, seed, epochs, target, target_epoch, data_dir, timeout):  # the tool, as its log reads
-        calls.append((seed, step, rule, epochs, target))
+    def train(tool, step, rule, seed, most_epochs, target, target_epoch, data_dir, timeout):  # the tool's log
+        calls.append((seed, step, rule, most_epochs, target))
         if seed == 1:
             return dict(records=[], load_before=0.0, load_after=0.0, error="Traceback\nMemoryError: boom")
         return dict(records=epochs_of(step), load_before=0.0, load_after=0.0, stopped=target is not None)
