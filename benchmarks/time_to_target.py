@@ -17,9 +17,7 @@ with N = 1), or ``CAP`` times N = 1's samples: the harness stops it
 (SIGTERM, which the tools handle) at the first epoch's end past both.
 
 The **time to target** is the training seconds (the tools' epoch
-``seconds``: probes included, the compile and the evaluation not; so the
-measured window's first probe also pays for compiling the held-out loss,
-which the other runs compile at their first evaluation, untimed) until the
+``seconds``: probes included, the compiles and the evaluation not) until the
 validation loss first reaches the target. The tools evaluate once per epoch,
 so it is interpolated linearly between the epochs' ends (reached in the
 first epoch: that epoch's end).

@@ -432,8 +432,10 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
                                 accumulate_step=config.first_step, count=task.count)
     probes = []
     if run.critical is not None:
+        held_out = held_out_loss(run, task, EVAL_BATCH_SIZE)
+        held_out()  # compiled before the epoch's clock starts, as the train step is: a probe's seconds hold no compile
         trained = functools.partial(train_probing, run, train_windows=trained, seen=seen, config=config, probes=probes,
-                                    held_out=held_out_loss(run, task, EVAL_BATCH_SIZE))
+                                    held_out=held_out)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         # A signal while the bar draws itself would leave it half drawn, the interrupt line glued to it.
