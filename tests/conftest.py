@@ -85,6 +85,11 @@ def pytest_configure(config):
                                        "msrun launch of tests/msrun_worker.py (fixture msrun_folder)")
 
 
+def pytest_collection_modifyitems(items):
+    """The tests that read the msrun launch run last: the launch, started at the first test, runs beside the others."""
+    items.sort(key=lambda item: item.get_closest_marker("msrun") is not None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def msrun_launch(request, tmp_path_factory):
     """The session's one msrun launch of the scenarios that its selected tests mark ``msrun``, or None.
