@@ -215,7 +215,7 @@ class MsrunLaunch:
         if errors:
             pytest.fail("".join(error.read_text() for error in errors), pytrace=False)
         if len(list(folder.glob("rank_*.done"))) < self.RANKS:
-            logs = msrun_logs(self.root / "logs")
+            logs = msrun_logs(self.root / "logs") if (self.root / "logs").exists() else {}  # none if not started
             pytest.fail(f"msrun ended ({self.ended.read_text()}) before scenario {name!r} did:\n"
                         + "".join(log[-3000:] for log in logs.values()), pytrace=False)
         return folder
