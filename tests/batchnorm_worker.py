@@ -1,16 +1,16 @@
-"""One rank of the two-worker BatchNorm test (started by msrun from test_batchnorm.py).
+"""The BatchNorm scenario of the suite's msrun launch (tests/msrun_worker.py), read by test_batchnorm.py.
 
 The ranks feed micro-batches of different sizes (5 and 3 samples) at mean
 300, std 0.5, taking turns along the data, and save their moving statistics.
 Rank 1's micro-batches sit 0.8 higher than rank 0's, so the spread between
 the ranks' means is a good part of the variance.
 """
-import sys
+import os
 
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_rank
 
 from accumulator import Accumulator, WindowAllReduce
 from accumulator.batchnorm import convert_batchnorm
@@ -35,7 +35,8 @@ def rank_micro_batches(batch, rank):
     return [batch[bounds[i]:bounds[i + 1]] for i in range(rank, len(bounds) - 1, len(SIZES))]
 
 
-def main(out_prefix):
+def main(folder):
+    """Each rank's moving statistics and update count in ``folder/rank_<rank>.npz``."""
     rank = get_rank()
     net = nn.SequentialCell(nn.BatchNorm2d(CHANNELS))
     optimizer = nn.SGD(net.trainable_params(), 0.01)
@@ -55,12 +56,6 @@ def main(out_prefix):
     for batch in window_batches():
         for micro_batch in rank_micro_batches(batch, rank):
             step(Tensor(micro_batch))
-    np.savez(f"{out_prefix}{rank}.npz", moving_mean=net[0].moving_mean.asnumpy(),
+    np.savez(os.path.join(folder, f"rank_{rank}.npz"), moving_mean=net[0].moving_mean.asnumpy(),
              moving_variance=net[0].moving_variance.asnumpy(), updates=accumulator.update_count.asnumpy())
 
-
-if __name__ == "__main__":
-    ms.set_context(mode=ms.GRAPH_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    main(sys.argv[1])

@@ -1,15 +1,15 @@
-"""One rank of the two-worker data-parallel test (started by msrun from test_distributed.py).
+"""The data-parallel scenario of the suite's msrun launch (tests/msrun_worker.py), read by test_distributed.py.
 
 Each rank trains on its own interleaved shard, once with equal micro-batches
 ("mean") and once with micro-batches of different sizes per rank, which
 count weighting keeps exact ("count").
 """
-import sys
+import os
 
 import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, ops
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_rank
 
 from accumulator import Accumulator
 from accumulator.distributed import WindowAllReduce
@@ -38,7 +38,7 @@ def micro_batch_rows(rank, micro_step, sizes):
     return slice(start, start + sizes[rank])
 
 
-def train(weighting, out_prefix):
+def train(weighting, folder):
     rank = get_rank()
     sizes = (4, 4) if weighting == "mean" else (5, 3)
     net = make_net()
@@ -59,13 +59,10 @@ def train(weighting, out_prefix):
         rows = micro_batch_rows(rank, micro_step, sizes)
         step(Tensor(x[rows]), Tensor(y[rows]), Tensor(sizes[rank], ms.int32))
     state = {name: p.asnumpy() for name, p in optimizer.parameters_and_names()}
-    np.savez(f"{out_prefix}{weighting}{rank}.npz", allreduce_calls=reducer.calls.asnumpy(), **state)
+    np.savez(os.path.join(folder, f"{weighting}_{rank}.npz"), allreduce_calls=reducer.calls.asnumpy(), **state)
 
 
-if __name__ == "__main__":
-    ms.set_context(mode=ms.GRAPH_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    # Both weightings in one launch: starting msrun costs more than training.
+def main(folder):
+    """Both weightings, each rank's final state in ``folder/<weighting>_<rank>.npz``."""
     for weighting in ("mean", "count"):
-        train(weighting, sys.argv[1])
+        train(weighting, folder)

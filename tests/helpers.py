@@ -7,9 +7,12 @@ pytest, ``accumulator`` and the optimizer factory ``training.optimizers``
 """
 import contextlib
 import os
+import pathlib
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -117,8 +120,8 @@ def split(x, y, sizes):
     return [(Tensor(x[a:b]), Tensor(y[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def run_msrun(script_and_args, log_dir, cwd, workers=2):
-    """Runs ``script_and_args`` on ``workers`` local CPU ranks under msrun; returns (returncode, log tails)."""
+def start_msrun(script_and_args, log_dir, cwd, workers=2):
+    """Starts ``script_and_args`` on ``workers`` local CPU ranks under msrun, each rank's log in ``log_dir``."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -129,9 +132,93 @@ def run_msrun(script_and_args, log_dir, cwd, workers=2):
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(tests_dir), tests_dir, env.get("PYTHONPATH", "")])
     command = ["msrun", f"--worker_num={workers}", f"--local_worker_num={workers}", "--master_addr=127.0.0.1",
                f"--master_port={port}", "--join=True", f"--log_dir={log_dir}", *script_and_args]
-    result = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
-    logs = {name: open(os.path.join(log_dir, name)).read() for name in sorted(os.listdir(log_dir))}
-    return result.returncode, logs
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def msrun_logs(log_dir):
+    """Every log file msrun wrote in ``log_dir``, by name."""
+    return {name: open(os.path.join(log_dir, name)).read() for name in sorted(os.listdir(log_dir))}
+
+
+def run_msrun(script_and_args, log_dir, cwd, workers=2):
+    """Runs ``script_and_args`` on ``workers`` local CPU ranks under msrun; returns (returncode, log tails)."""
+    process = start_msrun(script_and_args, log_dir, cwd, workers)
+    try:
+        returncode = process.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return returncode, msrun_logs(log_dir)
+
+
+class MsrunLaunch:
+    """The test session's one msrun launch of tests/msrun_worker.py, shared by pytest-xdist's workers.
+
+    Its files live in ``root``: the first process to ``claim`` it ``start``s
+    it in the background; ``folder(name)`` waits until the launch has ended
+    and returns scenario ``name``'s folder, or fails the test with that
+    scenario's traceback (or msrun's logs if the scenario never ended).
+    """
+    WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "msrun_worker.py")
+    RANKS = 2
+    TIMEOUT = 900  # seconds for every scenario together
+
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+        self.ended = self.root / "returncode"
+        self.waiter = None
+
+    def claim(self):
+        """True for the first process of the session to call it, which then starts the launch."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(self.root / "claimed", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return False
+        return True
+
+    def start(self, args):
+        """Starts msrun_worker.py ROOT ``args`` on two ranks; a thread records msrun's exit status when it ends."""
+        process = start_msrun([self.WORKER, str(self.root), *args], self.root / "logs", self.root, self.RANKS)
+        self.waiter = threading.Thread(target=lambda: self.end(self.wait(process)), daemon=True)
+        self.waiter.start()
+
+    def wait(self, process):
+        """msrun's exit status, or why it has none."""
+        try:
+            return process.wait(timeout=self.TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return f"killed after {self.TIMEOUT} s"
+
+    def end(self, status):
+        """Records that the launch has ended, with ``status``, for every process waiting in ``folder``."""
+        unfinished = self.ended.with_suffix(".partial")
+        unfinished.write_text(str(status))
+        os.replace(unfinished, self.ended)  # whole or not at all
+
+    def join(self):
+        """Waits for the launch this process started, if any."""
+        if self.waiter is not None:
+            self.waiter.join()
+
+    def folder(self, name):
+        """Scenario ``name``'s folder once the launch has ended; fails the test if the scenario did not end well."""
+        waited = 0
+        while not self.ended.exists():
+            if waited > self.TIMEOUT + 60:
+                pytest.fail(f"the msrun launch in {self.root} did not end")
+            time.sleep(1)
+            waited += 1
+        folder = self.root / name
+        errors = sorted(folder.glob("rank_*.error"))
+        if errors:
+            pytest.fail("".join(error.read_text() for error in errors), pytrace=False)
+        if len(list(folder.glob("rank_*.done"))) < self.RANKS:
+            logs = msrun_logs(self.root / "logs") if (self.root / "logs").exists() else {}  # none if not started
+            pytest.fail(f"msrun ended ({self.ended.read_text()}) before scenario {name!r} did:\n"
+                        + "".join(log[-3000:] for log in logs.values()), pytrace=False)
+        return folder
 
 
 def _double(tensor):

@@ -1,16 +1,16 @@
-"""One rank of the two-rank language-model test (started by msrun from test_language_model.py).
+"""The language-model scenario of the suite's msrun launch (tests/msrun_worker.py), read by test_language_model.py.
 
 Each rank runs one window step over its own two micro-batches of padded
 sequences with their token counts; WindowAllReduce sums the gradients and
 the token counts of both ranks once, so the update is the mean over every
 token of all 16 sequences: the large batch's.
 """
-import sys
+import os
 
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_rank
 
 from accumulator import Accumulator, WindowAllReduce, make_window_step
 from data.tokens import random_sequences, window_batches
@@ -32,7 +32,8 @@ def rank_sequences(rank):
             for s in SEQUENCES[start:start + MICRO_BATCH]]
 
 
-def train(out_prefix):
+def main(folder):
+    """Each rank's token count, update count and weights in ``folder/rank_<rank>.npz``."""
     rank = get_rank()
     net = make_lm()
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
@@ -45,12 +46,6 @@ def train(out_prefix):
     window_step = make_window_step(ms.value_and_grad(loss_sum, None, optimizer.parameters), accumulator)
     (inputs, targets, counts), = window_batches(rank_sequences(rank), MICRO_BATCH, STEPS_PER_RANK, multiple=16)
     window_step(Tensor(inputs), Tensor(targets), counts=counts)
-    np.savez(f"{out_prefix}{rank}.npz", tokens=counts.sum(), update_count=accumulator.update_count.asnumpy(),
-             *[p.asnumpy() for p in net.get_parameters()])
+    np.savez(os.path.join(folder, f"rank_{rank}.npz"), tokens=counts.sum(),
+             update_count=accumulator.update_count.asnumpy(), *[p.asnumpy() for p in net.get_parameters()])
 
-
-if __name__ == "__main__":
-    ms.set_context(mode=ms.GRAPH_MODE)
-    init()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    train(sys.argv[1])

@@ -8,8 +8,6 @@ BatchNorm update on everything the layer saw during the window; for a layer
 fed by the data (or by layers without BatchNorm) that is the window's whole
 batch.
 """
-import os
-
 import numpy as np
 import pytest
 import mindspore as ms
@@ -21,9 +19,7 @@ from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, Wi
                          make_window_step, save_checkpoint)
 from accumulator.batchnorm import WindowBatchNorm, convert_batchnorm
 from batchnorm_worker import SIZES, window_batches
-from helpers import run_msrun
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ACCUMULATE_STEP = 4
 MICRO_BATCH = 8
 # (layer, per-sample shape, momentum): 2-D images, 1-D features, 1-D sequences.
@@ -371,11 +367,9 @@ def test_convert_batchnorm_converts_the_plain_layers_once():
 
 
 @pytest.mark.slow
-def test_two_ranks_equal_one_process_on_their_union(tmp_path):
-    returncode, logs = run_msrun([os.path.join(TESTS_DIR, "batchnorm_worker.py"), str(tmp_path / "rank_")],
-                                 tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-2000:] for log in logs.values())
-    ranks = [dict(np.load(tmp_path / f"rank_{rank}.npz")) for rank in range(len(SIZES))]
+@pytest.mark.msrun("batchnorm")  # batchnorm_worker.py
+def test_two_ranks_equal_one_process_on_their_union(msrun_folder):
+    ranks = [dict(np.load(msrun_folder / f"rank_{rank}.npz")) for rank in range(len(SIZES))]
     for rank in ranks:
         assert int(rank.pop("updates")) == len(window_batches())
     assert_statistics_close(ranks[0], ranks[1], rtol=0)

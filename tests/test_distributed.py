@@ -1,23 +1,15 @@
 """Two CPU workers under msrun equal one process training on their union."""
-import os
-
 import numpy as np
 import pytest
 
 from distributed_worker import ACCUMULATE_STEP, WINDOWS
-from helpers import assert_states_close, make_data, reference_state, run_msrun
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+from helpers import assert_states_close, make_data, reference_state
 
 
-@pytest.fixture(scope="module")
-def rank_results(tmp_path_factory):
-    """Each weighting's final state on rank 0 and rank 1, from one msrun launch."""
-    tmp_path = tmp_path_factory.mktemp("msrun")
-    returncode, logs = run_msrun([os.path.join(TESTS_DIR, "distributed_worker.py"), str(tmp_path / "rank_")],
-                                 tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-2000:] for log in logs.values())
-    return {weighting: [dict(np.load(tmp_path / f"rank_{weighting}{rank}.npz")) for rank in (0, 1)]
+@pytest.fixture
+def rank_results(msrun_folder):
+    """Each weighting's final state on rank 0 and rank 1, from the session's msrun launch (distributed_worker.py)."""
+    return {weighting: [dict(np.load(msrun_folder / f"{weighting}_{rank}.npz")) for rank in (0, 1)]
             for weighting in ("mean", "count")}
 
 
@@ -28,6 +20,7 @@ def single_process_reference(samples_per_window):
 
 
 @pytest.mark.slow
+@pytest.mark.msrun("distributed")
 @pytest.mark.parametrize("weighting, sizes", [("mean", (4, 4)), ("count", (5, 3))])
 def test_two_workers_equal_one_process_on_their_union(rank_results, weighting, sizes):
     ranks = rank_results[weighting]

@@ -22,7 +22,7 @@ import lm_distributed_worker
 from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, check_equivalence, make_window_step
 from data.packing import pack_rows
 from data.tokens import pad_batch, random_sequences, token_count, window_batches
-from helpers import run_msrun, sweep
+from helpers import sweep
 from models.transformer import TokenLoss
 
 VOCAB, MICRO_BATCH, STEPS = 100, 4, 4
@@ -361,13 +361,11 @@ def test_window_step_compiles_once_per_window_length():
 
 
 @pytest.mark.slow
-def test_two_ranks_under_msrun_count_every_ranks_tokens(tmp_path):
+@pytest.mark.msrun("language_model")  # lm_distributed_worker.py
+def test_two_ranks_under_msrun_count_every_ranks_tokens(msrun_folder):
     """Each rank's window holds a different number of tokens; the update divides by both ranks' total."""
-    returncode, logs = run_msrun([os.path.join(os.path.dirname(__file__), "lm_distributed_worker.py"),
-                                  str(tmp_path / "rank_")], str(tmp_path / "logs"), str(tmp_path))
-    assert returncode == 0, "\n".join(log[-2000:] for log in logs.values())
     start, large = reference("nn.SGD")
-    ranks = [np.load(tmp_path / f"rank_{rank}.npz") for rank in range(2)]
+    ranks = [np.load(msrun_folder / f"rank_{rank}.npz") for rank in range(2)]
     assert ranks[0]["tokens"] != ranks[1]["tokens"]
     for rank in ranks:
         assert int(rank["update_count"]) == 1

@@ -1,21 +1,17 @@
 """training.probe: ``--accumulate-step auto`` in the tools. A probe that keeps N trains the epoch exactly as N = 1
 does, its branch's work kept; probes are logged and drawn; a run interrupted mid-probe resumes to the same end."""
 import json
-import os
 
 import mindspore as ms
 import numpy as np
 import pytest
 
 from accumulator import CriticalBatchSchedule
-from helpers import run_msrun
 from training.checkpoints import checkpoint_path
 from training.config import TrainConfig
 from training.loop import build_run, train_epoch
 from training.records import probe_points, write_plot
 from training.task import toy_task
-
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_mnist.py")
 
 
 def trained_epoch(**settings):
@@ -69,15 +65,13 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
 
 
 @pytest.mark.slow  # msrun: two ranks, and one process to compare with
-def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, tmp_path,
-                                                                           train_mnist_run):
-    # Rank r reads samples r, r+2, ...: micro-batches of 2 x 4 are one process's of 8, the probes' branches too.
-    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step",
-              "auto", "--probe-interval", "32", "--scale-rule", "linear"]
-    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "4", "--ckpt-dir",
-                                  str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
-    saved = ms.load_checkpoint(checkpoint_path(str(tmp_path / "ckpt"), 1))
+@pytest.mark.msrun("probe")
+def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
+                                                                           tmp_path, train_mnist_run):
+    # The ranks ran the tool with msrun_worker.PROBE_FLAGS: --batch-size 4 --accumulate-step auto --probe-interval 32
+    # --scale-rule linear --lr 0.05. Rank r reads samples r, r+2, ...: micro-batches of 2 x 4 are one process's of 8,
+    # the probes' branches too.
+    saved = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "ckpt"), 1))
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.05, shuffle=False, batch_size=8,
                                   accumulate_step="auto", probe_interval=32, scale_rule="linear",
                                   ckpt_dir=str(tmp_path / "single"))

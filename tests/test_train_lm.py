@@ -3,7 +3,6 @@
 What the run computes is tested in tests/test_training_lm.py; the machinery shared with the MNIST tool
 (checkpoints, interrupts, outputs) in tests/test_training_*.py.
 """
-import contextlib
 import json
 import os
 import signal
@@ -17,7 +16,6 @@ import pytest
 import data.packing
 import lm_tool_worker
 import training.lm
-from helpers import run_msrun
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.checkpoints import save_epoch_checkpoint
 from data.text import synthetic_text
@@ -259,51 +257,23 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
     refused(capsys, [*synthetic, "--data-dir", str(path)], f"--data-dir {path}: is a file; name a folder")
 
 
-PACKINGS = {"--no-packing": 4, "--packing": 3, "--pack-within-windows": 3}
-
-
-def two_rank_flags(data_dir, packing):
-    return ["--synthetic", "--data-dir", str(data_dir), "--epochs", "1", "--no-shuffle", "--drop-last",
-            "--accumulate-step", "2", *TINY[:6], "--sample-tokens", "0", packing]
-
-
-@pytest.fixture(scope="module")
-def two_rank_runs(tmp_path_factory):
-    """Every packing's run on two ranks (batch 4 each), from one msrun launch: ``(folder, data dir)``.
-
-    ``folder / packing / "epoch_001.ckpt"`` is that run's checkpoint. Starting msrun costs more than the runs.
-    """
-    folder = tmp_path_factory.mktemp("two_ranks")
-    data_dir = folder / "text"
-    with pytest.MonkeyPatch.context() as patch:  # the ranks must read the text the single runs read: write it first
-        patch.setattr(training.lm, "SYNTHETIC_BYTES", 3000)
-        with contextlib.ExitStack() as stack:
-            training.lm.prepare_text(str(data_dir), synthetic=True, url=None, stack=stack)
-    argv = []
-    for packing in PACKINGS:
-        argv += ([lm_tool_worker.NEXT_RUN] if argv else []) + [
-            *two_rank_flags(data_dir, packing), "--batch-size", "4", "--distributed", "--ckpt-dir", str(folder / packing)]
-    worker = os.path.join(REPO_ROOT, "tests", "lm_tool_worker.py")
-    returncode, logs = run_msrun([worker, *argv], folder / "logs", REPO_ROOT)
-    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
-    return folder, data_dir
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("packing, updates", list(PACKINGS.items()))
-def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, two_rank_runs,
+@pytest.mark.msrun("train_lm")  # lm_tool_worker.py: every packing's run on two ranks, batch 4 each
+@pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
+def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, msrun_folder,
                                                              packing, updates):
     # Rank r reads samples (packed: rows) r, r+2, ...: a window of 2 x 4 per rank holds the same 16 as one
     # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree. Packed within windows,
     # a window is the 16 rows of both ranks, as one process's.
-    folder, data_dir = two_rank_runs
-    train_lm.main([*two_rank_flags(data_dir, packing), "--batch-size", "8", "--ckpt-dir", str(tmp_path / "single")])
-    single, ranks = checkpoint(tmp_path / "single" / "epoch_001.ckpt"), checkpoint(folder / packing / "epoch_001.ckpt")
+    train_lm.main([*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, packing), "--batch-size", "8",
+                   "--ckpt-dir", str(tmp_path / "single")])
+    single = checkpoint(tmp_path / "single" / "epoch_001.ckpt")
+    ranks = checkpoint(msrun_folder / packing / "epoch_001.ckpt")
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
     for name, value in single.items():
         if name.endswith("attention.qkv.bias"):
             # The key bias's gradient is 0 (softmax ignores a shift shared by a query's scores): AdamW (eps 1e-8)
             # turns its rounding noise, summed in another order over ranks, into steps of 2e-5. Not compared.
-            width = int(TINY[1])
+            width = lm_tool_worker.WIDTH
             value, ranks[name] = (np.delete(array, np.s_[width:2 * width]) for array in (value, ranks[name]))
         np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)

@@ -22,7 +22,6 @@ import pytest
 
 from data.idx import SPLIT_FILES, read_idx, write_idx_labels
 from data.mnist import DEFAULT_DATA_DIR, MnistUnavailableError
-from helpers import run_msrun
 from scripts import train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
 from training.checkpoints import save_epoch_checkpoint
 from training.config import TrainConfig
@@ -120,21 +119,20 @@ def test_flag_combinations_are_checked_before_anything_runs(capsys):
 # ---------------------------------------------------------------- msrun
 
 @pytest.mark.slow
-def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_mnist_dir, tmp_path, train_mnist_run):
+@pytest.mark.msrun("train_mnist")
+def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
+                                                                     train_mnist_run):
+    # The ranks ran the tool with msrun_worker.TRAIN_MNIST_FLAGS: --batch-size 16 --accumulate-step 2, --lr 0.1.
     # Rank r reads samples r, r+2, ...: a window of 2 x 16 per rank covers the
     # same 64 samples as one 64-batch, and the short last windows (4 + 4 and 8) too.
-    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.1", "--no-shuffle"]
-    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "16", "--accumulate-step", "2",
-                                  "--ckpt-dir", str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
-    rank0, rank1 = (log for name, log in logs.items() if name.startswith("worker_"))
+    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
     assert "effective 64" in rank0 and "epoch 1/1: train loss" in rank0
     assert "epoch 1/1: train loss" not in rank1   # only rank 0 prints
-    assert os.listdir(tmp_path / "ckpt") == ["epoch_001.ckpt"]
+    assert os.listdir(msrun_folder / "ckpt") == ["epoch_001.ckpt"]
 
     single, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=64,
                                        accumulate_step=1)
-    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    saved = ms.load_checkpoint(str(msrun_folder / "ckpt" / "epoch_001.ckpt"))
     assert int(saved["accumulator.update_count"].asnumpy()) == single["updates"] == 4
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)

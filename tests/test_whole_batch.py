@@ -1,6 +1,4 @@
 """Whole-batch losses under accumulation: one window by hand, then exactly the large batch's gradient, every case."""
-import os
-
 import numpy as np
 import pytest
 import mindspore as ms
@@ -8,7 +6,7 @@ from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator, check_equivalence
 from accumulator.whole_batch import make_whole_batch_step
-from helpers import run_msrun, sweep
+from helpers import sweep
 
 
 def half_squared_sum(reps):
@@ -222,15 +220,13 @@ def test_data_parallel_ranks_pieces_sum_to_the_gradient_of_the_gathered_loss():
 
 
 @pytest.mark.slow
-def test_two_ranks_under_msrun_train_on_the_loss_over_both_ranks_pairs(tmp_path):
-    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "whole_batch_worker.py")
-    returncode, logs = run_msrun([worker, str(tmp_path / "rank_")], tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-2000:] for log in logs.values())
+@pytest.mark.msrun("whole_batch")  # whole_batch_worker.py
+def test_two_ranks_under_msrun_train_on_the_loss_over_both_ranks_pairs(msrun_folder):
     net = TwoTowers()
     start = weights(net)
     expected_loss, expected = large_batch(net, clip_loss, *pairs(PAIRS, 5))
     for rank in (0, 1):
-        saved = np.load(tmp_path / f"rank_{rank}.npz")
+        saved = np.load(msrun_folder / f"rank_{rank}.npz")
         assert bool(saved["updated"])
         np.testing.assert_allclose(float(saved["loss"]), expected_loss, rtol=1e-5)
         assert_close([before - saved[f"arr_{index}"] for index, before in enumerate(start)], expected)

@@ -1,20 +1,20 @@
-"""One rank of the whole-batch data-parallel test (started by msrun from test_whole_batch.py).
+"""The whole-batch scenario of the suite's msrun launch (tests/msrun_worker.py), read by test_whole_batch.py.
 
 Each rank holds half of the pairs, in micro-batches of 2 and 4; the CLIP
 loss runs over both ranks' representations, gathered.
 """
-import sys
+import os
 
 import numpy as np
 from mindspore import nn
-from mindspore.communication import get_rank, init
+from mindspore.communication import get_rank
 
 from accumulator import Accumulator, AllGatherRepresentations, WindowAllReduce, make_whole_batch_step
 from test_whole_batch import PAIRS, TwoTowers, clip_loss, micro_batches, pairs
 
 
-def main(out_prefix):
-    init()
+def main(folder):
+    """Each rank's trained weights, loss and whether it updated in ``folder/rank_<rank>.npz``."""
     rank = get_rank()
     first, second = pairs(PAIRS, 5)
     rows = slice(rank * PAIRS // 2, (rank + 1) * PAIRS // 2)
@@ -22,9 +22,6 @@ def main(out_prefix):
     accumulator = Accumulator(nn.SGD(net.trainable_params(), 1.0), accumulate_step=2, grad_reducer=WindowAllReduce())
     step = make_whole_batch_step(net, clip_loss, accumulator, gather=AllGatherRepresentations())
     loss, updated = step(micro_batches(first[rows], second[rows], (2, 4)))
-    np.savez(f"{out_prefix}{rank}.npz", *[p.asnumpy() for p in net.trainable_params()], loss=loss.asnumpy(),
-             updated=updated.asnumpy())
+    np.savez(os.path.join(folder, f"rank_{rank}.npz"), *[p.asnumpy() for p in net.trainable_params()],
+             loss=loss.asnumpy(), updated=updated.asnumpy())
 
-
-if __name__ == "__main__":
-    main(sys.argv[1])

@@ -1,0 +1,99 @@
+"""Every msrun scenario of the suite, in one launch: each rank runs the scenarios named on its command line in turn.
+
+    msrun_worker.py ROOT MNIST_DIR SCENARIO...
+
+tests/conftest.py's ``msrun_launch`` starts it once per test session: starting msrun and its ranks costs more than
+any scenario, so two ranks run them all, one after the other, each in one process. ``MNIST_DIR`` holds the synthetic
+MNIST of conftest's ``synthetic_mnist_dir``. Scenario ``name`` writes its files under ``ROOT/name/``, each rank's
+printed lines to ``rank_<r>.log`` and, when it returns, ``rank_<r>.done``; one that raises leaves its traceback in
+``rank_<r>.error`` instead and the next scenario runs (a rank that fails alone may leave the other waiting in a
+collective: the launch's timeout ends it). Each scenario starts in the mode a new process has, with no parallel
+context; communication is initialised once, first.
+
+To add a scenario: a function ``(folder)`` in ``scenarios``, its inputs written before the launch by ``prepare`` if
+the ranks must not write them, and on its test ``@pytest.mark.msrun("name")`` and the ``msrun_folder``
+fixture (the scenario's folder).
+"""
+import contextlib
+import functools
+import os
+import sys
+import traceback
+
+import mindspore as ms
+from mindspore.communication import get_rank, init
+
+from accumulator.runtime import block_on_cpu
+
+TRAIN_MNIST_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "16", "--accumulate-step", "2"]
+PROBE_FLAGS = ["--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step", "auto", "--probe-interval", "32",
+               "--scale-rule", "linear", "--batch-size", "4"]
+
+
+def in_data_parallel_graph(scenario):
+    """``scenario`` in GRAPH_MODE with data parallel's gradient mean, as the library's msrun scripts set them."""
+    @functools.wraps(scenario)
+    def run(folder):
+        ms.set_context(mode=ms.GRAPH_MODE)
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+        return scenario(folder)
+    return run
+
+
+def train_mnist_ranks(mnist_dir, folder, flags):
+    """scripts/train_mnist.py with ``flags`` on ``mnist_dir``, --distributed, its checkpoints in ``folder/ckpt``."""
+    from scripts import train_mnist
+    train_mnist.main(["--data-dir", mnist_dir, *flags, "--distributed", "--ckpt-dir", os.path.join(folder, "ckpt")])
+
+
+def scenarios(mnist_dir):
+    """Every scenario by name: a function of its folder."""
+    import batchnorm_worker
+    import distributed_worker
+    import lm_distributed_worker
+    import lm_tool_worker
+    import whole_batch_worker
+    return {"distributed": in_data_parallel_graph(distributed_worker.main),
+            "batchnorm": in_data_parallel_graph(batchnorm_worker.main),
+            "whole_batch": whole_batch_worker.main,
+            "language_model": in_data_parallel_graph(lm_distributed_worker.main),
+            "train_mnist": functools.partial(train_mnist_ranks, mnist_dir, flags=TRAIN_MNIST_FLAGS),
+            "probe": functools.partial(train_mnist_ranks, mnist_dir, flags=PROBE_FLAGS),
+            "train_lm": lm_tool_worker.main}
+
+
+def prepare(root, names):
+    """Writes, before the launch, the inputs of the scenarios ``names`` that need them, each in its folder."""
+    import lm_tool_worker
+    for name, write in {"train_lm": lm_tool_worker.prepare}.items():
+        if name in names:
+            write(os.path.join(root, name))
+
+
+def run_scenario(name, scenario, folder, start_mode):
+    """Runs ``scenario`` in ``folder``: its printed lines to this rank's log, its traceback, if any, to a file."""
+    os.makedirs(folder, exist_ok=True)
+    rank_file = os.path.join(folder, f"rank_{get_rank()}")
+    ms.set_context(mode=start_mode)
+    ms.reset_auto_parallel_context()
+    with open(rank_file + ".log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        try:
+            scenario(folder)
+        except (Exception, SystemExit):  # the tools exit with a status on errors
+            with open(rank_file + ".error", "w") as error:
+                error.write(f"msrun scenario {name!r} on rank {get_rank()} failed:\n{traceback.format_exc()}")
+            return
+    open(rank_file + ".done", "w").close()
+
+
+def main(root, mnist_dir, names):
+    start_mode = ms.get_context("mode")
+    block_on_cpu()  # before any kernel runs, as tests/conftest.py does
+    init()
+    every = scenarios(mnist_dir)
+    for name in names:
+        run_scenario(name, every[name], os.path.join(root, name), start_mode)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
