@@ -298,7 +298,7 @@ def _wait(result):
 
 
 def _run_step(make_step, size, args, steps):
-    """``(micro-steps timed, their seconds)`` after one that compiles: at least ``steps`` and ``PROBE_SECONDS``."""
+    """``(calls timed, their seconds)`` after one that compiles: at least ``steps`` calls and ``PROBE_SECONDS``."""
     step = make_step(size, *args)
     _wait(step())
     started, done = time.perf_counter(), 0
@@ -308,18 +308,21 @@ def _run_step(make_step, size, args, steps):
     return done, time.perf_counter() - started
 
 
-def _child(connection, make_step, size, args, steps):
+def _child(connection, make_step, size, args, steps, samples):
     """A probe's child process: runs the step and sends back its peak resident memory and speed, or the error."""
     try:
         done, seconds = _run_step(make_step, size, args, steps)
-        connection.send(("measured", peak_resident(), size * done / seconds))
+        connection.send(("measured", peak_resident(), samples * done / seconds))
     except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
         first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
         connection.send((f"{type(error).__name__}: {first_line}", None, None))
 
 
-def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
+def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS, samples=None):
     """One ``Probe`` of ``make_step(size, *args)``'s step, run in a child process of the ``spawn`` context.
+
+    ``samples`` is what one call of the step trains (None: ``size``, one
+    micro-batch), for its samples per second.
 
     The child's peak resident memory includes its MindSpore import and
     anything ``make_step`` loads, as your run's will. A child killed by a
@@ -334,7 +337,7 @@ def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
     """
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, make_step, size, args, steps), daemon=True)
+    child = context.Process(target=_child, args=(sender, make_step, size, args, steps, samples or size), daemon=True)
     child.start()
     sender.close()
     try:
@@ -355,7 +358,7 @@ def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
     return Probe(size, peak, speed, outcome)
 
 
-def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
+def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS, samples=None):
     """One ``Probe`` on GPU or Ascend, in this process: the device's peak allocated memory (unverified path).
 
     Resets ``mindspore.runtime``'s peak, runs the step, reads
@@ -369,11 +372,11 @@ def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
     except (RuntimeError, MemoryError) as error:
         return Probe(size, outcome=OUT_OF_MEMORY if "memory" in str(error).lower()
                      else f"{type(error).__name__}: {error}")
-    return Probe(size, int(ms.runtime.max_memory_allocated()), size * done / seconds)
+    return Probe(size, int(ms.runtime.max_memory_allocated()), (samples or size) * done / seconds)
 
 
 def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidates=None, margin=MARGIN,
-                     steps=PROBE_STEPS, device=None):
+                     steps=PROBE_STEPS, device=None, window=False):
     """Measures ``make_step``'s step at candidate micro-batch sizes and returns the ``MemoryPlan`` for ``batch``.
 
     ``make_step(size, *args)`` builds your compiled step for micro-batches
@@ -382,9 +385,12 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
     runs in a child process per size: ``make_step`` must be a top-level
     function of a module the child can import, and ``args`` picklable.
     ``memory_budget`` is bytes or a size such as ``"6GiB"``; None takes
-    ``default_budget(device)``. Each size is timed over at least ``steps``
-    micro-steps and ``PROBE_SECONDS``. ``device`` is MindSpore's device target
-    (None: the context's). See ``choose_micro_batch`` for the choice.
+    ``default_budget(device)``. With ``window=True``, ``step()`` trains a
+    whole window instead: ``ceil(batch / size)`` micro-batches and their
+    update, as your loop will (its stacked inputs and update then count in
+    the peak; docs/memory-plan.md#your-step). Each size is timed over at
+    least ``steps`` calls and ``PROBE_SECONDS``. ``device`` is MindSpore's
+    device target (None: the context's). See ``choose_micro_batch`` for the choice.
 
     Example: a step that holds 1 MiB a sample, within a budget it cannot pass.
         >>> peak = peak_resident()
@@ -409,7 +415,8 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
             raise PlanError(f"make_step must be a top-level function of an importable module, and args picklable: "
                             f"each size runs in a child process that imports them ({error})") from None
     measure = measure_in_child if device == "CPU" else _measure_on_device
-    return choose_micro_batch(lambda size: measure(make_step, size, args, steps), batch, budget, candidates, margin)
+    return choose_micro_batch(lambda size: measure(make_step, size, args, steps, batch if window else size), batch,
+                              budget, candidates, margin)
 
 
 def touch_memory(size, bytes_per_sample):
