@@ -44,7 +44,8 @@ def tool_step(size, config, batch, make_task, task_args):
     """``accumulator.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
 
     Runs in the probe's child: sets the device and mode, builds
-    ``make_task(*task_args)`` and ``training.loop.build_run`` for the config
+    ``make_task(*task_args)`` (once per child: the sizes after the first
+    reuse it) and ``training.loop.build_run`` for the config
     the run will train with (``planned``: micro-batches of ``size``, N =
     ``batch // size``, so ``--driver auto`` picks the run's driver), compiles
     as the run does, runs one evaluation batch (the run's peak may be
@@ -60,13 +61,24 @@ def tool_step(size, config, batch, make_task, task_args):
         [(True, 8, 8)]
     """
     config = configure_context(planned(config, size, batch // size))
-    task = make_task(*task_args)
+    task = _task(make_task, task_args)
     run = build_run(config, task)
     compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a probe times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     window = next(iter(epoch_windows(config, task, 1)))
     return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count))
+
+
+# The task a probe child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
+_loaded = []
+
+
+def _task(make_task, task_args):
+    """``make_task(*task_args)``, loaded once per process for the same arguments."""
+    if not _loaded or _loaded[0][:2] != (make_task, task_args):
+        _loaded[:] = [(make_task, task_args, make_task(*task_args))]
+    return _loaded[0][2]
 
 
 def plan_run(config, make_task, task_args):
