@@ -334,10 +334,11 @@ def _reset_peak():
 
 
 def _serve(connection, make_step, args, steps):
-    """A probe child: measures each ``(size, samples)`` the parent sends, its peak reset first, until told to stop.
+    """A probe child: measures each ``(size, samples)`` the parent sends, resetting its peak after each.
 
-    It offers itself to the OOM killer first: a size that does not fit takes the child, not the run. It ends
-    after an error, or when it cannot reset its peak (each size then takes a fresh child).
+    It offers itself to the OOM killer first: a size that does not fit takes the child, not the run. Each
+    answer says whether it can take another size: not after an error, nor when it cannot reset its peak
+    (each size then takes a fresh child).
     """
     try:
         with open("/proc/self/oom_score_adj", "w", encoding="ascii") as score:
@@ -354,13 +355,15 @@ def _serve(connection, make_step, args, steps):
         size, samples = request
         try:
             done, seconds = _run_step(make_step, size, args, steps)
-            connection.send(("measured", peak_resident(), samples * done / seconds))
+            measured = ("measured", peak_resident(), samples * done / seconds)
         except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
             first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
-            connection.send((f"{type(error).__name__}: {first_line}", None, None))
+            connection.send((f"{type(error).__name__}: {first_line}", None, None, False))
             return
         _release()
-        if not _reset_peak():
+        reusable = _reset_peak()
+        connection.send((*measured, reusable))
+        if not reusable:
             return
 
 
@@ -402,11 +405,11 @@ class ProbeChild:
         self._busy = True
         try:
             self._connection.send((size, samples or size))
-            outcome, peak, speed = self._connection.recv()
+            outcome, peak, speed, reusable = self._connection.recv()
         except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
-            outcome, peak, speed = None, None, None
+            outcome, peak, speed, reusable = None, None, None, False
         self._busy = False
-        if outcome != "measured":
+        if not reusable:
             self.close()
         if outcome is None:
             code = self._process.exitcode
