@@ -312,8 +312,10 @@ def _run_step(make_step, size, args, steps):
 
 
 def _release():
-    """Gives back what the last size held before the next one's peak starts: Python's garbage, MindSpore's cached
-    memory, and glibc's free heap (which it keeps resident otherwise)."""
+    """Gives back what the last size held before the next one's peak starts.
+
+    Python's garbage, MindSpore's cached memory, and glibc's free heap, which it keeps resident otherwise.
+    """
     gc.collect()
     if "mindspore" in sys.modules:  # imported by the step, not by the planner: a step need not use MindSpore
         sys.modules["mindspore"].ms_memory_recycle()
@@ -374,11 +376,12 @@ class ProbeChild:
     ``make_step(size, *args)``, runs it once to compile, times at least
     ``steps`` calls and ``PROBE_SECONDS``, and reports its peak resident
     memory, reset (``/proc/self/clear_refs``) after each size, so a size after
-    the first counts what the child still holds from the ones before: never
-    less than the run would hold (docs/memory-plan.md#planning-cost). A child
-    killed by a signal (the OOM killer's SIGKILL) is ``"out of memory (killed
-    by SIGKILL)"``; an exception is its type and the first line of its text.
-    Either ends the child: ``alive`` is then False. ``close()`` ends it.
+    the first also counts what the child still holds from the ones before:
+    more than a fresh run would hold, not less (docs/memory-plan.md#planning-cost).
+    A child killed by a signal (the OOM killer's SIGKILL) is ``"out of memory
+    (killed by SIGKILL)"``; an exception is its type and the first line of its
+    text. Either ends the child, as does a peak it cannot reset: ``alive`` is
+    then False. ``close()`` ends it.
 
     Example:
         >>> with ProbeChild(touch_memory, args=(2 ** 20,), steps=1) as child:
