@@ -2,8 +2,8 @@
 
 ``plan_micro_batch`` runs your step for candidate micro-batch sizes and
 reads its peak memory: on a CPU the peak resident memory (VmHWM) of a child
-process per candidate, started with the ``spawn`` context, so that a size
-that does not fit kills a child, never your run; on GPU or Ascend the
+process (``spawn`` context), reset between sizes and replaced after a size
+that does not fit, so that such a size kills a child, never your run; on GPU or Ascend the
 device's peak (``mindspore.runtime``), in this process (unverified: no such
 device ran it). It fits the peak as ``a + b * size`` from the two smallest
 sizes, runs no size the fit puts over the budget, measures the largest it
@@ -12,12 +12,15 @@ keeps under and the one below, then takes, of the sizes that fit with
 measured in the same probes. ``choose_micro_batch`` is the search over any
 ``measure(size) -> Probe``. docs/memory-plan.md.
 """
+import ctypes
 import dataclasses
+import gc
 import multiprocessing
 import pickle
 import re
 import resource
 import signal
+import sys
 import time
 from typing import Optional
 
@@ -298,7 +301,7 @@ def _wait(result):
 
 
 def _run_step(make_step, size, args, steps):
-    """``(micro-steps timed, their seconds)`` after one that compiles: at least ``steps`` and ``PROBE_SECONDS``."""
+    """``(calls timed, their seconds)`` after one that compiles: at least ``steps`` calls and ``PROBE_SECONDS``."""
     step = make_step(size, *args)
     _wait(step())
     started, done = time.perf_counter(), 0
@@ -308,54 +311,153 @@ def _run_step(make_step, size, args, steps):
     return done, time.perf_counter() - started
 
 
-def _child(connection, make_step, size, args, steps):
-    """A probe's child process: runs the step and sends back its peak resident memory and speed, or the error."""
+def _release():
+    """Gives back what the last size held before the next one's peak starts.
+
+    Python's garbage, MindSpore's cached memory, and glibc's free heap, which it keeps resident otherwise.
+    """
+    gc.collect()
+    if "mindspore" in sys.modules:  # imported by the step, not by the planner: a step need not use MindSpore
+        sys.modules["mindspore"].ms_memory_recycle()
     try:
-        done, seconds = _run_step(make_step, size, args, steps)
-        connection.send(("measured", peak_resident(), size * done / seconds))
-    except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
-        first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
-        connection.send((f"{type(error).__name__}: {first_line}", None, None))
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
-def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS):
-    """One ``Probe`` of ``make_step(size, *args)``'s step, run in a child process of the ``spawn`` context.
+def _reset_peak():
+    """Resets this process's VmHWM to its resident memory now (Linux ``clear_refs``); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
 
-    The child's peak resident memory includes its MindSpore import and
-    anything ``make_step`` loads, as your run's will. A child killed by a
-    signal (the OOM killer's SIGKILL) is ``"out of memory (killed by
-    SIGKILL)"``; an exception is reported as its type and the first line of
-    its text. docs/memory-plan.md#your-step.
+
+def _serve(connection, make_step, args, steps):
+    """A probe child: measures each ``(size, samples)`` the parent sends, resetting its peak after each.
+
+    It offers itself to the OOM killer first: a size that does not fit takes the child, not the run. Each
+    answer says whether it can take another size: not after an error, nor when it cannot reset its peak
+    (each size then takes a fresh child).
+    """
+    try:
+        with open("/proc/self/oom_score_adj", "w", encoding="ascii") as score:
+            score.write("1000")
+    except OSError:
+        pass
+    while True:
+        try:
+            request = connection.recv()
+        except EOFError:  # the parent is gone
+            return
+        if request is None:
+            return
+        size, samples = request
+        try:
+            done, seconds = _run_step(make_step, size, args, steps)
+            measured = ("measured", peak_resident(), samples * done / seconds)
+        except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
+            first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
+            connection.send((f"{type(error).__name__}: {first_line}", None, None, False))
+            return
+        _release()
+        reusable = _reset_peak()
+        connection.send((*measured, reusable))
+        if not reusable:
+            return
+
+
+class ProbeChild:
+    """A child process (``spawn`` context) that measures ``make_step``'s step at one size after another.
+
+    ``measure(size)`` sends a size and returns its ``Probe``: the child builds
+    ``make_step(size, *args)``, runs it once to compile, times at least
+    ``steps`` calls and ``PROBE_SECONDS``, and reports its peak resident
+    memory, reset (``/proc/self/clear_refs``) after each size, so a size after
+    the first also counts what the child still holds from the ones before:
+    more than a fresh run would hold, not less (docs/memory-plan.md#planning-cost).
+    A child killed by a signal (the OOM killer's SIGKILL) is ``"out of memory
+    (killed by SIGKILL)"``; an exception is its type and the first line of its
+    text. Either ends the child, as does a peak it cannot reset: ``alive`` is
+    then False. ``close()`` ends it.
+
+    Example:
+        >>> with ProbeChild(touch_memory, args=(2 ** 20,), steps=1) as child:
+        ...     first, second = child.measure(8), child.measure(4)
+        ...     first.outcome, second.outcome, child.alive, first.peak > 8 * 2 ** 20
+        ('measured', 'measured', True, True)
+    """
+
+    def __init__(self, make_step, args=(), steps=PROBE_STEPS):
+        context = multiprocessing.get_context("spawn")
+        self._connection, child_end = context.Pipe()
+        self._process = context.Process(target=_serve, args=(child_end, make_step, args, steps), daemon=True)
+        self._process.start()
+        child_end.close()
+        self._busy = False  # running a size: an interrupt then kills it rather than wait
+
+    @property
+    def alive(self):
+        """Whether the child can measure another size."""
+        return not self._connection.closed and self._process.is_alive()
+
+    def measure(self, size, samples=None):
+        """The ``Probe`` of ``size``; ``samples`` is what one call of the step trains (None: ``size``)."""
+        self._busy = True
+        try:
+            self._connection.send((size, samples or size))
+            outcome, peak, speed, reusable = self._connection.recv()
+        except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
+            outcome, peak, speed, reusable = None, None, None, False
+        self._busy = False
+        if not reusable:
+            self.close()
+        if outcome is None:
+            code = self._process.exitcode
+            outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
+                f"the child exited with status {code} and no error"
+        return Probe(size, peak, speed, outcome)
+
+    def close(self):
+        """Ends the child: asks it to stop, or kills it if it is still running a size (an interrupt)."""
+        if self._process.is_alive() and not self._busy and not self._connection.closed:
+            try:
+                self._connection.send(None)
+                self._process.join()
+            except OSError:  # it ended as the request went
+                pass
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._connection.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+
+def measure_in_child(make_step, size, args=(), steps=PROBE_STEPS, samples=None):
+    """One ``Probe`` of ``make_step(size, *args)``'s step, run in a ``ProbeChild`` of its own.
+
+    ``samples`` is what one call of the step trains (None: ``size``, one
+    micro-batch), for its samples per second. The child's peak resident
+    memory includes its MindSpore import and anything ``make_step`` loads,
+    as your run's will. docs/memory-plan.md#your-step.
 
     Example:
         >>> probe = measure_in_child(touch_memory, 4, args=(2 ** 20,), steps=1)
         >>> probe.outcome, probe.peak > 4 * 2 ** 20
         ('measured', True)
     """
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, make_step, size, args, steps), daemon=True)
-    child.start()
-    sender.close()
-    try:
-        try:
-            outcome, peak, speed = receiver.recv()
-        except EOFError:  # it ended without a word: killed, or exited from native code
-            outcome, peak, speed = None, None, None
-        child.join()
-    finally:
-        if child.is_alive():  # interrupted while it ran
-            child.kill()
-            child.join()
-        receiver.close()
-    if outcome is None:
-        code = child.exitcode
-        outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
-            f"the child exited with status {code} and no error"
-    return Probe(size, peak, speed, outcome)
+    with ProbeChild(make_step, args, steps) as child:
+        return child.measure(size, samples)
 
 
-def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
+def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS, samples=None):
     """One ``Probe`` on GPU or Ascend, in this process: the device's peak allocated memory (unverified path).
 
     Resets ``mindspore.runtime``'s peak, runs the step, reads
@@ -369,22 +471,26 @@ def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS):
     except (RuntimeError, MemoryError) as error:
         return Probe(size, outcome=OUT_OF_MEMORY if "memory" in str(error).lower()
                      else f"{type(error).__name__}: {error}")
-    return Probe(size, int(ms.runtime.max_memory_allocated()), size * done / seconds)
+    return Probe(size, int(ms.runtime.max_memory_allocated()), (samples or size) * done / seconds)
 
 
 def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidates=None, margin=MARGIN,
-                     steps=PROBE_STEPS, device=None):
+                     steps=PROBE_STEPS, device=None, window=False):
     """Measures ``make_step``'s step at candidate micro-batch sizes and returns the ``MemoryPlan`` for ``batch``.
 
     ``make_step(size, *args)`` builds your compiled step for micro-batches
     of ``size`` samples and returns ``step()``, which runs one micro-step
     (forward, backward, accumulate) on a micro-batch it holds. On a CPU it
-    runs in a child process per size: ``make_step`` must be a top-level
-    function of a module the child can import, and ``args`` picklable.
+    runs in a ``ProbeChild``, one for the sizes that fit and a new one after
+    a size that does not: ``make_step`` must be a top-level function of a
+    module the child can import, and ``args`` picklable.
     ``memory_budget`` is bytes or a size such as ``"6GiB"``; None takes
-    ``default_budget(device)``. Each size is timed over at least ``steps``
-    micro-steps and ``PROBE_SECONDS``. ``device`` is MindSpore's device target
-    (None: the context's). See ``choose_micro_batch`` for the choice.
+    ``default_budget(device)``. With ``window=True``, ``step()`` trains a
+    whole window instead: ``ceil(batch / size)`` micro-batches and their
+    update, as your loop will (its stacked inputs and update then count in
+    the peak; docs/memory-plan.md#your-step). Each size is timed over at
+    least ``steps`` calls and ``PROBE_SECONDS``. ``device`` is MindSpore's
+    device target (None: the context's). See ``choose_micro_batch`` for the choice.
 
     Example: a step that holds 1 MiB a sample, within a budget it cannot pass.
         >>> peak = peak_resident()
@@ -408,8 +514,22 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
         except (pickle.PicklingError, AttributeError, TypeError) as error:
             raise PlanError(f"make_step must be a top-level function of an importable module, and args picklable: "
                             f"each size runs in a child process that imports them ({error})") from None
-    measure = measure_in_child if device == "CPU" else _measure_on_device
-    return choose_micro_batch(lambda size: measure(make_step, size, args, steps), batch, budget, candidates, margin)
+        usable, children = budget * (1 - margin), []
+
+        def measure(size):  # one child while sizes fit (docs/memory-plan.md#planning-cost)
+            if not children or not children[-1].alive:
+                children.append(ProbeChild(make_step, args, steps))
+            probe = children[-1].measure(size, batch if window else size)
+            if probe.outcome == "measured" and probe.peak > usable:
+                children[-1].close()  # what it still holds would count in the next, smaller size's peak
+            return probe
+        try:
+            return choose_micro_batch(measure, batch, budget, candidates, margin)
+        finally:
+            for child in children:
+                child.close()
+    return choose_micro_batch(lambda size: _measure_on_device(make_step, size, args, steps, batch if window else size),
+                              batch, budget, candidates, margin)
 
 
 def touch_memory(size, bytes_per_sample):

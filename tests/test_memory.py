@@ -50,6 +50,23 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused():
         training.memory.plan_run(config, toy_task, ())
 
 
+def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatch):
+    from training.config import TrainConfig
+    from training.loop import build_run
+    from training.task import toy_task
+    built = []
+    monkeypatch.setattr(training.memory, "build_run", lambda config, task: built.append(build_run(config, task))
+                        or built[-1])
+    config = TrainConfig(batch_size=8, accumulate_step=1, micro_batch="auto")  # graph mode, --driver auto
+    step = training.memory.tool_step(4, config, 8, toy_task, ())
+    probe = built[0]
+    run = build_run(training.memory.planned(config, 4, 2), toy_task())  # what train() builds for the plan
+    assert probe.driver == run.driver == "window"
+    assert int(probe.accumulator.accumulate_step) == 2
+    step()  # one call: the window's two micro-batches and their update, through the window step
+    assert (int(probe.accumulator.update_count), int(probe.accumulator.micro_step)) == (1, 0)
+
+
 @pytest.mark.slow  # end to end: probes in child processes, then trains and resumes
 def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_resume(
         synthetic_mnist_dir, tmp_path, capsys, monkeypatch, train_mnist_run):

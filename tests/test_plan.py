@@ -4,8 +4,8 @@ import signal
 
 import pytest
 
-from accumulator.plan import (MemoryPlan, PlanError, Probe, choose_micro_batch, format_size, measure_in_child,
-                              parse_size, peak_resident, plan_micro_batch, touch_memory)
+from accumulator.plan import (MemoryPlan, PlanError, Probe, ProbeChild, choose_micro_batch, format_size,
+                              measure_in_child, parse_size, peak_resident, plan_micro_batch, touch_memory)
 
 MIB = 2 ** 20
 GIB = 2 ** 30
@@ -136,3 +136,13 @@ def test_a_child_killed_by_a_signal_is_out_of_memory_and_an_exception_is_its_tex
     assert measure_in_child(killed, 1).outcome == "out of memory (killed by SIGKILL)"
     assert measure_in_child(raise_for, 3).outcome == "ValueError: no step for 3 samples"
     assert peak_resident() > 0  # and the run is still here
+
+
+@pytest.mark.slow
+def test_a_reused_child_resets_its_peak_and_counts_no_less_than_a_fresh_one():
+    with ProbeChild(touch_memory, args=(64 * MIB,), steps=1) as child:
+        large, small = child.measure(4), child.measure(1)
+        assert child.alive
+    fresh = measure_in_child(touch_memory, 1, args=(64 * MIB,), steps=1)
+    assert large.peak - small.peak > 150 * MIB  # reset: the 4 samples' block is no longer the peak
+    assert small.peak >= fresh.peak - 8 * MIB, (small.peak, fresh.peak)  # what it still holds counts: conservative

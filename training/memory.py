@@ -16,10 +16,11 @@ from training.checkpoints import UNREADABLE, find_checkpoints
 from training.config import AUTO
 from training.context import configure_context
 from training.errors import TrainingError
-from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows
+from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
 
-# The probe's window: longer than any probe runs, so no timed micro-step applies an update.
-UNFILLED = 2 ** 30
+# Windows timed per probe, after the one that compiles: a window is the run's unit, and the planner's
+# PROBE_SECONDS keeps a fast one from being timed alone.
+PROBE_WINDOWS = 1
 
 
 def candidate_sizes(batch):
@@ -40,35 +41,44 @@ def candidate_sizes(batch):
 
 
 def tool_step(size, config, batch, make_task, task_args):
-    """``accumulator.plan``'s ``make_step`` for the tools: ``config``'s train step on micro-batches of ``size``.
+    """``accumulator.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
 
     Runs in the probe's child: sets the device and mode, builds
-    ``make_task(*task_args)`` and ``training.loop.build_run`` for ``size``,
-    compiles its steps, runs one evaluation batch and one update (the run's
-    peak may be in either), and returns a step that adds the first
-    micro-batch of epoch 1 to a window it never fills: an update per N
-    micro-steps would slow the timed steps of small N more than of large,
-    while per sample it costs every size the same.
+    ``make_task(*task_args)`` (once per child: the sizes after the first
+    reuse it) and ``training.loop.build_run`` for the config
+    the run will train with (``planned``: micro-batches of ``size``, N =
+    ``batch // size``, so ``--driver auto`` picks the run's driver), compiles
+    as the run does, runs one evaluation batch (the run's peak may be
+    there), and returns a step that trains the first window of epoch 1
+    through ``training.loop.train_on_windows``, the loop's own code: the
+    window step with its stacked window, or N micro-steps, and the update.
 
     Example:
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
         >>> step = tool_step(4, TrainConfig(mode="pynative"), 8, toy_task, ())
-        >>> float(step().asnumpy()) > 0
-        True
+        >>> [(loss_sum > 0, counted, samples) for loss_sum, counted, samples in step()]
+        [(True, 8, 8)]
     """
-    config = configure_context(dataclasses.replace(config, batch_size=size, accumulate_step=batch // size))
-    task = make_task(*task_args)
-    # The learning rate cannot follow a window this long: the probe's weights do not matter, its finite numbers do.
-    run = build_run(dataclasses.replace(config, accumulate_step=UNFILLED, scale_rule="none"), task)
-    compile_train_step(run, task, config, 1)  # the update too: a probe times no compile
+    config = configure_context(planned(config, size, batch // size))
+    task = _task(make_task, task_args)
+    run = build_run(config, task)
+    compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a probe times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
-    inputs, labels = next(iter(epoch_windows(config, task, 1)))[0]
-    count = ms.Tensor(task.count(labels), ms.float32)
-    run.train_step(inputs, labels, count)
-    run.flush()  # one update, for its memory
-    return lambda: run.train_step(inputs, labels, count)
+    window = next(iter(epoch_windows(config, task, 1)))
+    return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count))
+
+
+# The task a probe child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
+_loaded = []
+
+
+def _task(make_task, task_args):
+    """``make_task(*task_args)``, loaded once per process for the same arguments."""
+    if not _loaded or _loaded[0][:2] != (make_task, task_args):
+        _loaded[:] = [(make_task, task_args, make_task(*task_args))]
+    return _loaded[0][2]
 
 
 def plan_run(config, make_task, task_args):
@@ -101,18 +111,29 @@ def plan_run(config, make_task, task_args):
                                        log_json=None, plot=None, check=False)
     try:
         plan = plan_micro_batch(tool_step, batch, config.memory_budget, candidates=candidate_sizes(batch),
-                                args=(probe_config, batch, make_task, task_args), device=config.device_target)
+                                args=(probe_config, batch, make_task, task_args), device=config.device_target,
+                                steps=PROBE_WINDOWS, window=True)
     except PlanError as error:
         raise TrainingError(f"--micro-batch auto: {error}") from None
     size = _smallest_across_ranks(plan.micro_batch) if config.distributed else plan.micro_batch
     ranks = f" ({batch} on each of {config.ranks} ranks)" if config.distributed else ""
     say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
         + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
-    return _planned(config, size, batch // size, {**plan.record(), "micro_batch": size,
-                                                  "accumulate_step": batch // size})
+    return planned(config, size, batch // size, {**plan.record(), "micro_batch": size,
+                                                 "accumulate_step": batch // size})
 
 
-def _planned(config, size, steps, plan):
+def planned(config, size, steps, plan=None):
+    """``config`` as the run trains it: micro-batches of ``size``, ``steps`` of them a window, and ``plan``.
+
+    The probes build their run from it too, so they hold the driver and window the run will.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> config = planned(TrainConfig(batch_size=32, accumulate_step=1, micro_batch="auto"), 8, 4)
+        >>> config.batch_size, config.accumulate_step, config.effective_batch_size, config.micro_batch
+        (8, 4, 32, None)
+    """
     return dataclasses.replace(config, batch_size=size, accumulate_step=steps, micro_batch=None, memory_budget=None,
                                memory_plan=plan)
 
@@ -130,7 +151,7 @@ def _kept(config, batch, say):
             raise TrainingError(f"cannot resume with --batch-size {config.batch_size} --micro-batch auto: {path} "
                                 f"was trained with {size} x {steps} per rank")
         say(f"micro-batch kept from {path}: {size} x {steps} = {batch} per update{' per rank' * config.distributed}")
-        return _planned(config, size, steps, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
+        return planned(config, size, steps, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")
 
 
