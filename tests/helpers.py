@@ -140,17 +140,6 @@ def msrun_logs(log_dir):
     return {name: open(os.path.join(log_dir, name)).read() for name in sorted(os.listdir(log_dir))}
 
 
-def run_msrun(script_and_args, log_dir, cwd, workers=2):
-    """Runs ``script_and_args`` on ``workers`` local CPU ranks under msrun; returns (returncode, log tails)."""
-    process = start_msrun(script_and_args, log_dir, cwd, workers)
-    try:
-        returncode = process.wait(timeout=300)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    return returncode, msrun_logs(log_dir)
-
-
 class MsrunLaunch:
     """The test session's one msrun launch of tests/msrun_worker.py, shared by pytest-xdist's workers.
 

@@ -28,6 +28,7 @@ from accumulator.runtime import block_on_cpu
 TRAIN_MNIST_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "16", "--accumulate-step", "2"]
 PROBE_FLAGS = ["--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step", "auto", "--probe-interval", "32",
                "--scale-rule", "linear", "--batch-size", "4"]
+MEMORY_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "4", "--micro-batch", "auto"]
 
 
 def in_data_parallel_graph(scenario):
@@ -59,6 +60,7 @@ def scenarios(mnist_dir):
             "language_model": in_data_parallel_graph(lm_distributed_worker.main),
             "train_mnist": functools.partial(train_mnist_ranks, mnist_dir, flags=TRAIN_MNIST_FLAGS),
             "probe": functools.partial(train_mnist_ranks, mnist_dir, flags=PROBE_FLAGS),
+            "memory": functools.partial(train_mnist_ranks, mnist_dir, flags=MEMORY_FLAGS),
             "train_lm": lm_tool_worker.main}
 
 

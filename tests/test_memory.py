@@ -1,6 +1,5 @@
 """training.memory and the tools' --micro-batch auto: the flags, the plan, windows equal to the batch, resume."""
 import json
-import os
 
 import mindspore as ms
 import numpy as np
@@ -8,10 +7,7 @@ import pytest
 
 import training.lm
 import training.memory
-from helpers import run_msrun
 from scripts import train_lm, train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
-
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_mnist.py")
 
 
 BOTH = ("--accumulate-step with --micro-batch auto: --batch-size is then the batch per update and N follows from the "
@@ -87,7 +83,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=16,
                                   accumulate_step=1)
-    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    saved = ms.load_checkpoint(str(msrun_folder / "ckpt" / "epoch_001.ckpt"))
     assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
@@ -130,20 +126,17 @@ def test_the_language_model_plans_rows_and_its_windows_equal_the_large_batch(tmp
     assert planned["final_test_loss"] == pytest.approx(large["final_test_loss"], rel=1e-5)
 
 
-@pytest.mark.slow  # msrun: two ranks, each probing in child processes
-def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthetic_mnist_dir, tmp_path,
+@pytest.mark.slow
+@pytest.mark.msrun("memory")  # tests/msrun_worker.py's MEMORY_FLAGS: --batch-size 4 --micro-batch auto on two ranks
+def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthetic_mnist_dir, msrun_folder,
                                                                         train_mnist_run):
-    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.1", "--no-shuffle"]
-    returncode, logs = run_msrun([SCRIPT, *common, "--distributed", "--batch-size", "4", "--micro-batch", "auto",
-                                  "--ckpt-dir", str(tmp_path / "ckpt")], tmp_path / "logs", tmp_path)
-    assert returncode == 0, "".join(log[-3000:] for log in logs.values())
-    rank0, rank1 = (log for name, log in logs.items() if name.startswith("worker_"))
+    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
     assert "micro-batch measured for a batch of 4 per update (2 on each of 2 ranks):" in rank0
     assert "micro-batch measured" not in rank1  # only rank 0 prints
 
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=4,
                                   accumulate_step=1)
-    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    saved = ms.load_checkpoint(str(msrun_folder / "ckpt" / "epoch_001.ckpt"))
     assert int(saved["accumulator.update_count"].asnumpy()) == 200 // 4
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
