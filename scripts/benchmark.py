@@ -93,7 +93,7 @@ def parse_args(argv=None):
                              "without and with the rule, noise and auto, per --seeds; report the training seconds "
                              "to N = 1's validation loss after --target-epoch epochs (docs/batch-size.md), then stop")
     parser.add_argument("--tools", default=",".join(TOOLS), type=name_list(TOOLS),
-                        help="with --time-to-target: comma list of " + ", ".join(TOOLS))
+                        help="with --time-to-target or --end-to-end: comma list of " + ", ".join(TOOLS))
     parser.add_argument("--seeds", default="0,1", type=seed_list, help="with --time-to-target: comma list of seeds")
     parser.add_argument("--windows", default=",".join(map(str, WINDOWS)), type=window_list,
                         help="with --time-to-target: comma list of fixed N (1 among them) and noise, auto")
@@ -136,7 +136,7 @@ def main(argv=None):
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,
-                      args.timeout, args.json, vars(args), args.plot)
+                      args.timeout, args.json, vars(args), args.plot, steps=tuple(args.tools))
     names = args.contenders or default_contenders(args.experiments)
     if args.paired:
         from benchmarks.paired import report as report_paired
