@@ -1,6 +1,7 @@
 """scripts/train_mnist.py as its user meets it: flags, exit codes, printed lines, files, downloads, signals, msrun.
 
-What the run computes is tested per module of ``training`` (tests/test_training_*.py).
+What the run computes is tested per module of ``training`` (tests/test_training_*.py); one whole run, its lines
+(the learning rate a --scale-rule sets among them), JSON log and plot, is ``main``'s doctest.
 """
 import contextlib
 import functools
@@ -88,20 +89,6 @@ def test_bad_values_are_argparse_errors(argv, message, capsys):
     assert caught.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: train_mnist.py") and err.endswith(f"train_mnist.py: error: {message}\n")
-
-
-def test_the_epoch_line_says_the_window_and_the_learning_rate_the_rule_set_and_plot_writes_a_png(
-        synthetic_mnist_dir, tmp_path, capsys):
-    pytest.importorskip("matplotlib")  # the test extra has it
-    # 200 samples in micro-batches of 25: two whole windows of 4, so the last update's κ is 4.
-    plot = tmp_path / "run.png"
-    train_mnist.main(["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--batch-size", "25",
-                      "--accumulate-step", "4", "--scale-rule", "linear", "--plot", str(plot)])
-    out = capsys.readouterr().out
-    assert "sgd lr 0.01 for one micro-batch, following N by the linear rule" in out
-    assert "; N 4, lr 0.04\n" in out
-    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert os.listdir(tmp_path) == ["run.png"]  # written atomically: no temporary left
 
 
 def test_flag_combinations_are_checked_before_anything_runs(capsys):
