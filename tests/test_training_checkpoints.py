@@ -32,13 +32,13 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
                                                                              train_mnist_run, monkeypatch, capsys):
     # Adam, so its moments and step count must come back too; shuffled, so the
     # resumed epoch must reproduce the order of epoch 2.
-    flags = dict(optimizer="adam", lr=1e-3, batch_size=32, accumulate_step=3, keep_checkpoints=1)
+    flags = dict(optimizer="adam", lr=1e-3, batch_size=32, accumulate_step=3)
     straight = str(tmp_path / "straight")
     _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=straight, **flags)
-    assert os.listdir(straight) == ["epoch_002.ckpt"]  # --keep-checkpoints 1 removed epoch 1's
 
+    # A stop and a failed save leave the same files in either mode: PyNative, which compiles nothing.
     # SIGTERM during epoch 1's write takes effect once the file is whole.
-    ckpt_dir = str(tmp_path / "ckpt")
+    stopped = str(tmp_path / "stopped")
     real_save = ms.save_checkpoint
 
     def save_while_a_signal_comes(save_obj, ckpt_file_name, **kwargs):
@@ -47,12 +47,12 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
 
     with monkeypatch.context() as patch, pytest.raises(Interrupted) as caught, signals_raise_interrupted():
         patch.setattr(ms, "save_checkpoint", save_while_a_signal_comes)
-        train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)  # resumed below with --epochs 2
+        train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=stopped, mode="pynative", **flags)
     assert caught.value.name == "SIGTERM"
-    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]  # written whole, then the run stopped
-    assert int(ms.load_checkpoint(os.path.join(ckpt_dir, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
+    assert os.listdir(stopped) == ["epoch_001.ckpt"]  # written whole, then the run stopped
+    assert int(ms.load_checkpoint(os.path.join(stopped, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
 
-    # The resumed run trains epoch 2, then its checkpoint write dies half-way (disk full).
+    # Resumed with --epochs 2, the run trains epoch 2, then its checkpoint write dies half-way (disk full).
     def crash(save_obj, ckpt_file_name, **kwargs):
         with open(ckpt_file_name, "wb") as half_written:
             half_written.write(b"partial")
@@ -61,18 +61,23 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
     with monkeypatch.context() as patch:
         patch.setattr(ms, "save_checkpoint", crash)
         with pytest.raises(TrainingError) as caught:
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=stopped, resume=True, mode="pynative", **flags)
     assert "could not write checkpoint" in str(caught.value) and "epoch_001.ckpt is intact" in str(caught.value)
-    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]
+    assert os.listdir(stopped) == ["epoch_001.ckpt"]
     capsys.readouterr()
 
-    summary, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+    # Resumed from the straight run's epoch 1, as if it had stopped there, it ends where the straight run did.
+    ckpt_dir = str(tmp_path / "ckpt")
+    os.mkdir(ckpt_dir)
+    shutil.copy(checkpoint_path(straight, 1), ckpt_dir)
+    summary, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True,
+                                       keep_checkpoints=1, **flags)
     assert "resumed from" in capsys.readouterr().out
     assert uninterrupted.keys() == resumed.keys()
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     assert summary["epochs"] == 2 and summary["best_epoch"] in (1, 2)
-    assert os.listdir(ckpt_dir) == ["epoch_002.ckpt"]  # the resumed run keeps the newest too
+    assert os.listdir(ckpt_dir) == ["epoch_002.ckpt"]  # --keep-checkpoints 1 removed epoch 1's
 
     # Resuming with settings that change the data order would not be exact: refused.
     with pytest.raises(TrainingError, match="--seed was 0, now 1"):
