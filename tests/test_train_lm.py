@@ -220,7 +220,8 @@ def test_resume_help_names_every_flag_a_resume_refuses_to_change(monkeypatch):
 
 @pytest.mark.slow  # end to end: the tool's check and logs (the drivers' equality: tests/test_training_loop.py)
 def test_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
-    summary = train_lm.main(["--synthetic", "--epochs", "2", "--check", "--track-noise",
+    # PyNative, as the other runs here: the tool's graph mode runs in the end-to-end benchmark's test and under msrun.
+    summary = train_lm.main(["--synthetic", "--epochs", "2", "--check", "--track-noise", "--mode", "pynative",
                              "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),
                              *TINY[:-2], "--sample-tokens", "20"])
     out = capsys.readouterr().out
