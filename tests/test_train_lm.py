@@ -167,8 +167,9 @@ def test_packing_on_by_default_or_within_windows_or_off_and_the_synthetic_text_k
         return calls[window]
 
     monkeypatch.setattr(training.lm, "first_fit", first_fit)
-    assert train_lm.parse_args([])[1]["packing"] is True and train_lm.parse_args(["--no-packing"])[1]["packing"] is False
-    assert train_lm.parse_args([])[1]["pack_within_windows"] is False
+    defaults = train_lm.parse_args([])[1]
+    assert defaults["packing"] is True and defaults["pack_within_windows"] is False
+    assert train_lm.parse_args(["--no-packing"])[1]["packing"] is False
     corpus_dir = tmp_path / "corpus"
     corpus_dir.mkdir()
     (corpus_dir / "input.txt").write_text("First Citizen:\n")
