@@ -142,7 +142,8 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
 @pytest.mark.slow  # two runs of the tool
 def test_a_run_whose_optimizer_follows_n_resumes_exactly(synthetic_mnist_dir, tmp_path, train_mnist_run, capsys):
     # AdaScale: the gain's state (the schedule position, the factor the lr holds) must come back with the noise's.
-    flags = dict(batch_size=20, accumulate_step="noise", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end
+    # Whole windows of 2: κ = 2 at the end. PyNative: the graph-mode resume is the test above.
+    flags = dict(batch_size=20, accumulate_step="noise", scale_rule="adascale", mode="pynative")
     straight = str(tmp_path / "straight")
     _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=straight, **flags)
     ckpt_dir = str(tmp_path / "ckpt")
