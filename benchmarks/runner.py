@@ -95,14 +95,17 @@ def run_configs(configs, repeats, seconds, blocks, device_target="CPU", timeout=
     Writes one progress line per worker to ``log`` (default stderr) and
     returns every run, each with its ``repeat``.
 
-    Example:
+    Example: a speed row and a memory row over two repeats; an unknown contender fails at once (before
+    MindSpore is imported), and each of its runs is a row with the error, logged:
         >>> import io
-        >>> config = dict(kind="speed", net="mnist", hidden=8, contender="plain_micro", mode="graph",
+        >>> config = dict(kind="speed", net="mnist", hidden=8, contender="nope", mode="graph",
         ...               blocking="1", batch=4, accumulate=2)
         >>> log = io.StringIO()
-        >>> runs = run_configs([config], repeats=2, seconds=0.01, blocks=1, log=log)
-        >>> [run["repeat"] for run in runs], log.getvalue().count("mnist graph plain_micro N=2 block=1")
-        ([0, 1], 2)
+        >>> runs = run_configs([config, dict(config, kind="memory")], repeats=2, seconds=0.01, blocks=1, log=log)
+        >>> [(run["kind"], run["repeat"], run["error"].splitlines()[-1]) for run in runs]
+        [('speed', 0, "KeyError: 'nope'"), ('memory', 0, "KeyError: 'nope'"), ('speed', 1, "KeyError: 'nope'")]
+        >>> print(log.getvalue().splitlines()[0])
+        [...] 1/2 1/2 mnist graph nope N=2 block=1: KeyError: 'nope'
     """
     log = log or sys.stderr
     runs = []

@@ -5,6 +5,7 @@ What the run computes is tested in tests/test_training_lm.py; the machinery shar
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,33 +78,23 @@ def test_offline_is_one_line_naming_the_address_and_the_file_and_leaves_nothing(
     assert err.count("\n") == 1 and os.listdir(tmp_path) == []
 
 
-def test_synthetic_text_and_the_corpus_are_never_mixed(tmp_path, capsys, small_synthetic):
-    corpus_dir = tmp_path / "corpus"
-    corpus_dir.mkdir()
-    (corpus_dir / "input.txt").write_text("First Citizen:\n")
-    refused(capsys, ["--synthetic", "--data-dir", str(corpus_dir)],
-            f"--synthetic will not write into --data-dir {corpus_dir}: it holds {corpus_dir / 'input.txt'}, which "
-            "--synthetic did not write; choose another folder")
-    synthetic_dir = tmp_path / "synthetic"
-    train_lm.main(["--synthetic", "--data-dir", str(synthetic_dir), "--epochs", "1", "--mode", "pynative", *TINY])
-    assert sorted(os.listdir(synthetic_dir)) == [SYNTHETIC_MARKER, "input.txt"]
-    capsys.readouterr()
-    refused(capsys, ["--data-dir", str(synthetic_dir)],
-            f"{synthetic_dir} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
-            f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
-
-
 def checkpoint(path):
     """Every Tensor a checkpoint holds (network, optimizer, accumulator), as numpy; not its text (the history's timings)."""
     return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if not isinstance(value, str)}
 
 
-@pytest.mark.slow  # end to end: three runs of the tool
+def stopped_after_epoch_1(whole, cut):
+    """``cut`` holds ``whole``'s epoch-1 checkpoint alone: a run of ``whole``'s flags stopped after its first epoch."""
+    cut.mkdir()
+    shutil.copy(whole / "epoch_001.ckpt", cut)
+
+
+@pytest.mark.slow  # end to end: two runs of the tool
 def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, capsys, small_synthetic):
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
               "--optimizer", "adamw", "--accumulate-step", "auto", *TINY[:-4]]
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
-    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--epochs", "1"])
+    stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
     out = capsys.readouterr().out
     assert f"resumed from {tmp_path / 'cut' / 'epoch_001.ckpt'} (epoch 1)" in out
@@ -146,12 +137,12 @@ def test_sgd_follows_the_window_by_the_linear_rule_under_the_warm_up_schedule(tm
     np.testing.assert_allclose(saved["learning_rate_group_0"], expected, rtol=1e-6)
 
 
-@pytest.mark.slow  # end to end: three runs of the tool
+@pytest.mark.slow  # end to end: two runs of the tool
 def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, capsys, small_synthetic):
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
               "--scale-rule", "sqrt", *TINY[:-4], "--accumulate-step", "4", "--batch-size", "2"]
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
-    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--epochs", "1"])
+    stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
     assert "lr 0.01 for one micro-batch, following N by the sqrt rule" in capsys.readouterr().out
     whole, resumed = checkpoint(tmp_path / "whole" / "epoch_002.ckpt"), checkpoint(tmp_path / "cut" / "epoch_002.ckpt")
@@ -163,20 +154,10 @@ def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, cap
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
-def test_packing_is_on_by_default_and_the_epoch_line_reports_the_padding(tmp_path, capsys, small_synthetic):
-    assert train_lm.parse_args([])[1]["packing"] is True and train_lm.parse_args(["--no-packing"])[1]["packing"] is False
-    lines = {}
-    for packing in ("--packing", "--no-packing"):
-        train_lm.main(["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--mode", "pynative",
-                       *TINY, packing])
-        lines[packing] = capsys.readouterr().out
-    assert ", packed into rows of 64)" in lines["--packing"] and "packed" not in lines["--no-packing"]
-    padding = {flag: float(out.split("% padding")[0].rsplit(" ", 1)[1]) for flag, out in lines.items()}
-    assert 0 < padding["--packing"] < 25 < padding["--no-packing"] < 75, padding
-
-
-def test_pack_within_windows_packs_each_sample_into_a_row_of_its_own_window(tmp_path, capsys, small_synthetic,
-                                                                            monkeypatch):
+def test_packing_on_by_default_or_within_windows_or_off_and_the_synthetic_text_kept_apart(tmp_path, capsys,
+                                                                                            small_synthetic,
+                                                                                            monkeypatch):
+    # One tool run per packing setting: the default's also writes the synthetic text the refusals below read.
     calls = {}
 
     def first_fit(sizes, capacity, window=None):  # the tool's own, recorded
@@ -184,16 +165,34 @@ def test_pack_within_windows_packs_each_sample_into_a_row_of_its_own_window(tmp_
         return calls[window]
 
     monkeypatch.setattr(training.lm, "first_fit", first_fit)
-    assert train_lm.parse_args([])[1]["pack_within_windows"] is False
-    for flags in ([], ["--pack-within-windows"]):
-        train_lm.main(["--synthetic", "--data-dir", str(tmp_path / "text"), "--epochs", "1", "--mode", "pynative",
-                       *TINY, *flags])
-        assert "% padding" in capsys.readouterr().out
+    defaults = train_lm.parse_args([])[1]
+    assert defaults["packing"] is True and defaults["pack_within_windows"] is False
+    assert train_lm.parse_args(["--no-packing"])[1]["packing"] is False
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    (corpus_dir / "input.txt").write_text("First Citizen:\n")
+    refused(capsys, ["--synthetic", "--data-dir", str(corpus_dir)],
+            f"--synthetic will not write into --data-dir {corpus_dir}: it holds {corpus_dir / 'input.txt'}, which "
+            "--synthetic did not write; choose another folder")
+    synthetic_dir = tmp_path / "synthetic"
+    lines = {}
+    for flag in ("--packing", "--pack-within-windows", "--no-packing"):
+        train_lm.main(["--synthetic", "--data-dir", str(synthetic_dir), "--epochs", "1", "--mode", "pynative",
+                       *TINY, flag])
+        lines[flag] = capsys.readouterr().out
+    assert ", packed into rows of 64)" in lines["--packing"] and "packed" not in lines["--no-packing"]
+    padding = {flag: float(out.split("% padding")[0].rsplit(" ", 1)[1]) for flag, out in lines.items()}
+    assert 0 < padding["--packing"] < 25 < padding["--no-packing"] < 75, padding
     assert sorted(calls, key=str) == [8, None]  # --batch-size 4 x --accumulate-step 2 rows a window, or no bound
     for window, rows in calls.items():
         samples = [i for start in range(0, len(rows), 8) for i in sorted(sum(rows[start:start + 8], []))]
         # Within windows each window holds a run of the shuffled order; unbounded, some samples move forward.
         assert (samples == sorted(samples)) == (window == 8)
+
+    assert sorted(os.listdir(synthetic_dir)) == [SYNTHETIC_MARKER, "input.txt"]
+    refused(capsys, ["--data-dir", str(synthetic_dir)],
+            f"{synthetic_dir} holds the synthetic text that --synthetic wrote, not Tiny Shakespeare "
+            f"({SYNTHETIC_MARKER}): add --synthetic to train on it, or choose another --data-dir")
 
 
 def test_the_default_window_holds_about_the_tokens_of_the_padded_one(tmp_path):
@@ -220,7 +219,8 @@ def test_resume_help_names_every_flag_a_resume_refuses_to_change(monkeypatch):
 
 @pytest.mark.slow  # end to end: the tool's check and logs (the drivers' equality: tests/test_training_loop.py)
 def test_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
-    summary = train_lm.main(["--synthetic", "--epochs", "2", "--check", "--track-noise",
+    # PyNative, as the other runs here: the tool's graph mode runs in the end-to-end benchmark's test and under msrun.
+    summary = train_lm.main(["--synthetic", "--epochs", "2", "--check", "--track-noise", "--mode", "pynative",
                              "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),
                              *TINY[:-2], "--sample-tokens", "20"])
     out = capsys.readouterr().out

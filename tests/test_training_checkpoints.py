@@ -2,6 +2,7 @@
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,18 +28,31 @@ def test_checkpoints_are_found_newest_epoch_first(tmp_path):
     assert find_checkpoints(str(tmp_path / "missing")) == []
 
 
-def test_resume_equals_an_uninterrupted_run_and_a_failed_save_keeps_the_last(synthetic_mnist_dir, tmp_path,
-                                                                            train_mnist_run, monkeypatch, capsys):
+def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(synthetic_mnist_dir, tmp_path,
+                                                                             train_mnist_run, monkeypatch, capsys):
     # Adam, so its moments and step count must come back too; shuffled, so the
     # resumed epoch must reproduce the order of epoch 2.
     flags = dict(optimizer="adam", lr=1e-3, batch_size=32, accumulate_step=3)
-    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, **flags)
+    straight = str(tmp_path / "straight")
+    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=straight, **flags)
 
-    ckpt_dir = str(tmp_path / "ckpt")
-    train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
-    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]
+    # A stop and a failed save leave the same files in either mode: PyNative, which compiles nothing.
+    # SIGTERM during epoch 1's write takes effect once the file is whole.
+    stopped = str(tmp_path / "stopped")
+    real_save = ms.save_checkpoint
 
-    # Epoch 2 trains, then its checkpoint write dies half-way (disk full).
+    def save_while_a_signal_comes(save_obj, ckpt_file_name, **kwargs):
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, before the file is written
+        real_save(save_obj, ckpt_file_name, **kwargs)
+
+    with monkeypatch.context() as patch, pytest.raises(Interrupted) as caught, signals_raise_interrupted():
+        patch.setattr(ms, "save_checkpoint", save_while_a_signal_comes)
+        train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=stopped, mode="pynative", **flags)
+    assert caught.value.name == "SIGTERM"
+    assert os.listdir(stopped) == ["epoch_001.ckpt"]  # written whole, then the run stopped
+    assert int(ms.load_checkpoint(os.path.join(stopped, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
+
+    # Resumed with --epochs 2, the run trains epoch 2, then its checkpoint write dies half-way (disk full).
     def crash(save_obj, ckpt_file_name, **kwargs):
         with open(ckpt_file_name, "wb") as half_written:
             half_written.write(b"partial")
@@ -47,53 +61,27 @@ def test_resume_equals_an_uninterrupted_run_and_a_failed_save_keeps_the_last(syn
     with monkeypatch.context() as patch:
         patch.setattr(ms, "save_checkpoint", crash)
         with pytest.raises(TrainingError) as caught:
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=stopped, resume=True, mode="pynative", **flags)
     assert "could not write checkpoint" in str(caught.value) and "epoch_001.ckpt is intact" in str(caught.value)
-    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]
+    assert os.listdir(stopped) == ["epoch_001.ckpt"]
     capsys.readouterr()
 
-    summary, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+    # Resumed from the straight run's epoch 1, as if it had stopped there, it ends where the straight run did.
+    ckpt_dir = str(tmp_path / "ckpt")
+    os.mkdir(ckpt_dir)
+    shutil.copy(checkpoint_path(straight, 1), ckpt_dir)
+    summary, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True,
+                                       keep_checkpoints=1, **flags)
     assert "resumed from" in capsys.readouterr().out
     assert uninterrupted.keys() == resumed.keys()
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     assert summary["epochs"] == 2 and summary["best_epoch"] in (1, 2)
-    assert sorted(os.listdir(ckpt_dir)) == ["epoch_001.ckpt", "epoch_002.ckpt"]
+    assert os.listdir(ckpt_dir) == ["epoch_002.ckpt"]  # --keep-checkpoints 1 removed epoch 1's
 
     # Resuming with settings that change the data order would not be exact: refused.
     with pytest.raises(TrainingError, match="--seed was 0, now 1"):
         train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir, resume=True, seed=1, **flags)
-
-
-def test_keep_checkpoints_keeps_the_newest_and_a_run_resumes_from_them(synthetic_mnist_dir, tmp_path,
-                                                                       train_mnist_run):
-    ckpt_dir = str(tmp_path / "ckpt")
-    flags = dict(optimizer="momentum", lr=0.05, ckpt_dir=ckpt_dir, keep_checkpoints=2)
-    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=3, **flags)
-    assert sorted(os.listdir(ckpt_dir)) == ["epoch_002.ckpt", "epoch_003.ckpt"]
-
-    os.remove(checkpoint_path(ckpt_dir, 3))  # as if stopped before epoch 3 ended: resume from the kept epoch 2
-    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=3, resume=True, **flags)
-    for name, value in uninterrupted.items():
-        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-    assert sorted(os.listdir(ckpt_dir)) == ["epoch_002.ckpt", "epoch_003.ckpt"]
-
-
-def test_a_signal_during_a_checkpoint_write_takes_effect_once_the_file_is_whole(synthetic_mnist_dir, tmp_path,
-                                                                                 train_mnist_run, monkeypatch):
-    ckpt_dir = str(tmp_path / "ckpt")
-    real_save = ms.save_checkpoint
-
-    def save_while_a_signal_comes(save_obj, ckpt_file_name, **kwargs):
-        signal.raise_signal(signal.SIGTERM)  # the handler runs here, before the file is written
-        real_save(save_obj, ckpt_file_name, **kwargs)
-
-    monkeypatch.setattr(ms, "save_checkpoint", save_while_a_signal_comes)
-    with pytest.raises(Interrupted) as caught, signals_raise_interrupted():
-        train_mnist_run(synthetic_mnist_dir, epochs=3, ckpt_dir=ckpt_dir)
-    assert caught.value.name == "SIGTERM"
-    assert os.listdir(ckpt_dir) == ["epoch_001.ckpt"]  # written whole, then the run stopped
-    assert int(ms.load_checkpoint(os.path.join(ckpt_dir, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
 
 
 @pytest.mark.slow
@@ -151,13 +139,16 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
         np.testing.assert_array_equal(as_array(resumed[name]), as_array(expected[name]), err_msg=name)
 
 
-@pytest.mark.slow  # three runs of the tool, two epochs each
+@pytest.mark.slow  # two runs of the tool
 def test_a_run_whose_optimizer_follows_n_resumes_exactly(synthetic_mnist_dir, tmp_path, train_mnist_run, capsys):
     # AdaScale: the gain's state (the schedule position, the factor the lr holds) must come back with the noise's.
-    flags = dict(batch_size=20, accumulate_step="noise", scale_rule="adascale")  # whole windows of 2: κ = 2 at the end
-    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, **flags)
+    # Whole windows of 2: κ = 2 at the end. PyNative: the graph-mode resume is the test above.
+    flags = dict(batch_size=20, accumulate_step="noise", scale_rule="adascale", mode="pynative")
+    straight = str(tmp_path / "straight")
+    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=straight, **flags)
     ckpt_dir = str(tmp_path / "ckpt")
-    train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
+    os.mkdir(ckpt_dir)  # as if stopped after epoch 1
+    shutil.copy(checkpoint_path(straight, 1), ckpt_dir)
     _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
     assert "resumed from" in capsys.readouterr().out
     assert float(uninterrupted["learning_rate"]) != pytest.approx(0.01)  # the rule moved it

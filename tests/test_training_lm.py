@@ -1,5 +1,6 @@
 """training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; packed
 epochs (seeded, dealt to ranks in equal rows, accepted by check_equivalence); sampling."""
+import functools
 import itertools
 import os
 import subprocess
@@ -25,6 +26,7 @@ def corpus(tmp_path_factory):
     return str(path)
 
 
+@functools.lru_cache(maxsize=None)  # the tests below share the large batch's window and the start: nothing mutates them
 def one_window(corpus, loss, batch_size, accumulate_step, packing=False):
     """The weights after the first window of ``batch_size x accumulate_step`` rows, op by op, plain SGD."""
     ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -46,6 +48,7 @@ def update_difference(weights, reference, start):
                for name in reference)
 
 
+@functools.lru_cache(maxsize=None)
 def start_weights(corpus):
     return {p.name: p.asnumpy() for p in build_run(TrainConfig(mode="pynative"), lm_task(corpus, **TINY))
             .net.trainable_params()}
@@ -65,7 +68,7 @@ def test_four_micro_batches_of_eight_update_like_one_batch_of_thirty_two_and_the
 def test_packed_windows_of_four_micro_batches_of_eight_rows_update_like_one_batch_of_thirty_two_rows(corpus):
     large, tokens = one_window(corpus, "token-sum", 32, 1, packing=True)
     accumulated, counted = one_window(corpus, "token-sum", 8, 4, packing=True)
-    padded, padded_tokens = one_window(corpus, "token-sum", 32, 1)
+    _, padded_tokens = one_window(corpus, "token-sum", 32, 1)
     assert counted == tokens > 32 * 50 > padded_tokens   # the same rows hold more tokens packed
     exact = update_difference(accumulated, large, start_weights(corpus))
     assert exact < 1e-4, exact

@@ -31,14 +31,6 @@ def test_json_log_is_replaced_whole_and_leaves_no_temporary(tmp_path):
     assert os.listdir(tmp_path / "logs") == ["run.json"]
 
 
-def test_plot_writes_a_png(synthetic_mnist_dir, tmp_path, train_mnist_run):
-    pytest.importorskip("matplotlib")
-    plot = tmp_path / "run.png"
-    train_mnist_run(synthetic_mnist_dir, epochs=1, plot=str(plot))
-    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert os.listdir(tmp_path) == ["run.png"]
-
-
 def test_plot_accuracy_axis_stops_at_100_percent(tmp_path, monkeypatch):
     figure_class = pytest.importorskip("matplotlib.figure").Figure
     limits = []
