@@ -21,7 +21,7 @@ from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, Wi
                          make_window_step, save_checkpoint)
 from accumulator.batchnorm import WindowBatchNorm, convert_batchnorm
 from batchnorm_worker import SIZES, window_batches
-from helpers import run_msrun
+from helpers import run_msrun, sweep
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ACCUMULATE_STEP = 4
@@ -110,7 +110,9 @@ def window_state(accumulator):
     return {p.name: p.asnumpy().copy() for p in accumulator.state_parameters() if ".window_" in p.name}
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+# Fewer than 4 dims are reshaped to 4 (WindowBatchNorm.construct): the fast path runs a 4-D and a 3-D input, CI
+# the 2-D one too.
+@pytest.mark.parametrize("layout", sweep(["2d", "1d-sequence", "1d"], fast=2))
 def test_moving_statistics_equal_one_update_on_the_whole_window(mode, layout):
     layer_class, shape, momentum = LAYOUTS[layout]
     batches = window_data(shape, windows=2)
