@@ -92,7 +92,8 @@ def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
     assert int(accumulator.update_count) == 2 and int(accumulator.micro_step) == 0
 
 
-@pytest.mark.parametrize("use_jit", [True, False])
+# Jitted is how every other test here runs the step: the fast path runs it op by op, CI both.
+@pytest.mark.parametrize("use_jit", sweep([False, True]))
 def test_with_and_without_jit(mode, use_jit):
     x, y = make_data(8)
     expected = reference_state("momentum", [(x, y)])
