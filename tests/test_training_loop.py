@@ -53,12 +53,27 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_ru
     assert moved > 1e-3
 
 
+RUNS = {}
+
+
+def trained_once(train_mnist_run, data_dir, **settings):
+    """``train_mnist_run``'s result, run once per module for the same settings (the tests only read it)."""
+    key = (data_dir, tuple(sorted(settings.items())))
+    if key not in RUNS:
+        RUNS[key] = train_mnist_run(data_dir, **settings)
+    return RUNS[key]
+
+
+def driver_settings(accumulate_step):
+    return dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step, optimizer="momentum")
+
+
 @pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
 def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnist_run, accumulate_step):
     # 200 samples in 32-batches: the last window is short and its last batch holds 8. At N=4 the windows are
     # (32,32,32,32 | 32,32,8), so the in-graph run must also equal 128-batches (128 | 72): uneven_window above.
-    common = dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step, optimizer="momentum")
-    in_graph, expected = train_mnist_run(synthetic_mnist_dir, **common, driver="in-graph")
+    common = driver_settings(accumulate_step)
+    in_graph, expected = trained_once(train_mnist_run, synthetic_mnist_dir, **common, driver="in-graph")
     if accumulate_step == 4:
         large_batch, large_state = train_mnist_run(synthetic_mnist_dir, **{**common, "batch_size": 128,
                                                                               "accumulate_step": 1})
@@ -74,8 +89,9 @@ def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnis
 
 
 def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir, train_mnist_run):
-    _, graph = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1)
-    _, pynative = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, mode="pynative")
+    # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
+    _, graph = trained_once(train_mnist_run, synthetic_mnist_dir, **driver_settings(4), driver="in-graph")
+    _, pynative = train_mnist_run(synthetic_mnist_dir, **driver_settings(4), driver="in-graph", mode="pynative")
     for name, value in graph.items():
         np.testing.assert_allclose(pynative[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
