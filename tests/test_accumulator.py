@@ -73,7 +73,7 @@ def test_the_old_tally_adds_kept_share_to_its_tally_and_warns_once(monkeypatch):
 @pytest.mark.parametrize("accumulate_step, optimizer_name", sweep(
     [(4, "sgd"), (1, "adam")] + [(n, name) for n in (4, 1) for name in OPTIMIZERS
                                  if (n, name) not in ((4, "sgd"), (1, "adam"))], fast=2))
-def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
+def test_windows_equal_large_batch_steps(graph_mode, optimizer_name, accumulate_step):
     x, y = make_data(24)
     windows = [(x[:12], y[:12]), (x[12:], y[12:])]
     expected = reference_state(optimizer_name, windows)
@@ -94,7 +94,7 @@ def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
 
 # Jitted is how every other test here runs the step: the fast path runs it op by op, CI both.
 @pytest.mark.parametrize("use_jit", sweep([False, True]))
-def test_with_and_without_jit(mode, use_jit):
+def test_with_and_without_jit(graph_mode, use_jit):
     x, y = make_data(8)
     expected = reference_state("momentum", [(x, y)])
     net = make_net()
@@ -150,7 +150,7 @@ def test_uneven_micro_batches_without_counts_are_a_mean_of_means():
     assert not all(np.allclose(actual[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected)
 
 
-def test_sum_reduction_applies_the_raw_sum(mode):
+def test_sum_reduction_applies_the_raw_sum(graph_mode):
     x, y = make_data(8)
     expected = reference_state("sgd", [(x, y)], learning_rate=0.01, reduction="sum")
     net = make_net()
@@ -163,7 +163,7 @@ def test_sum_reduction_applies_the_raw_sum(mode):
 
 
 @pytest.mark.parametrize("with_count", sweep([True, False]))
-def test_flush_applies_a_partial_window_like_a_step_on_its_data(mode, with_count):
+def test_flush_applies_a_partial_window_like_a_step_on_its_data(graph_mode, with_count):
     sizes = [4, 3] if with_count else [4, 4]
     x, y = make_data(sum(sizes))
     expected = reference_state("momentum", [(x, y)])
@@ -215,7 +215,7 @@ def test_flush_on_an_empty_window_does_nothing(options):
         np.testing.assert_array_equal(p.asnumpy(), value, err_msg=p.name)
 
 
-def test_incomplete_window_leaves_parameters_and_step_untouched(mode):
+def test_incomplete_window_leaves_parameters_and_step_untouched(graph_mode):
     x, y = make_data(12)
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
@@ -335,7 +335,7 @@ class WindowLog:
         ops.assign_add(self.applied, window["applied"].astype(ms.int32))
 
 
-def test_attached_members_ride_the_reducer_and_hear_of_every_window(mode):
+def test_attached_members_ride_the_reducer_and_hear_of_every_window(graph_mode):
     # Doubled sums over a doubled weight are the same mean: the state equals the large batch's only if the
     # window's weight went through the reducer with the gradients and the member's tensors.
     x, y = make_data(16)

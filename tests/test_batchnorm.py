@@ -149,10 +149,10 @@ def test_a_plain_batchnorm_under_accumulation_misses_the_window():
     assert np.abs(averaged / expected["moving_variance"] - 1).min() > 0.2
 
 
-def test_a_skipped_window_leaves_the_moving_statistics_untouched(mode):
+def test_a_skipped_window_leaves_the_moving_statistics_untouched(graph_mode):
     batches = window_data((3, 4, 4), windows=2)
     net, accumulator = converted(nn.BatchNorm2d, 3)
-    step = micro_step(net, accumulator, mode)
+    step = micro_step(net, accumulator)
     before = statistics(net[0])
     scales = [1.0, float("inf"), 1.0, 1.0]
     assert [bool(step(x, scale)) for x, scale in zip(micro_batches(batches[0]), scales)] == [False] * 4
@@ -165,13 +165,13 @@ def test_a_skipped_window_leaves_the_moving_statistics_untouched(mode):
     assert_statistics_close(net[0], plain_reference(nn.BatchNorm2d, 3, 0.9, batches[1:]))
 
 
-def test_a_flushed_partial_window_updates_once_from_what_it_holds(mode):
+def test_a_flushed_partial_window_updates_once_from_what_it_holds(graph_mode):
     batches = window_data((5,), windows=1)
     net, accumulator = converted(nn.BatchNorm1d, 5, momentum=0.5)
-    step = micro_step(net, accumulator, mode)
+    step = micro_step(net, accumulator)
     for x in micro_batches(batches[0])[:3]:
         step(x)
-    flush = ms.jit(accumulator.flush) if mode == "graph" else accumulator.flush
+    flush = ms.jit(accumulator.flush)
     assert bool(flush())
     assert_statistics_close(net[0], plain_reference(nn.BatchNorm1d, 5, 0.5, [batches[0][:3 * MICRO_BATCH]]))
 
@@ -220,7 +220,7 @@ def test_checkpoints_of_the_plain_network_load_into_the_converted_one_and_back(t
     assert ms.load_param_into_net(fresh, saved, strict_load=True) == ([], [])
 
 
-def test_the_window_step_pools_its_loop(mode):
+def test_the_window_step_pools_its_loop(graph_mode):
     batches = window_data((3, 4, 4), windows=2)
     net, accumulator = converted(nn.BatchNorm2d, 3)
     window_step = make_window_step(loss_grad_fn(net, accumulator), accumulator)

@@ -101,7 +101,7 @@ def test_the_two_ways_differ_where_the_oracles_do():
 
 
 @pytest.mark.parametrize("track_noise", TRACKING)
-def test_equal_micro_batches_without_counts_use_micro_batch_size(mode, track_noise):
+def test_equal_micro_batches_without_counts_use_micro_batch_size(graph_mode, track_noise):
     rng = np.random.default_rng(1)
     windows = random_windows(rng, [[32] * 4] * 3)
     accumulator, _, step = tracking(track_noise, accumulate_step=4, micro_batch_size=32)

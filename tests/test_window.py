@@ -119,7 +119,7 @@ def assert_same_runs(actual, expected):
 # The loop's bound is a Tensor argument (window._loop): N=4, with its short last window of 2, runs the one loop
 # a larger N would; N=1 windows of a single micro-batch.
 @pytest.mark.parametrize("accumulate_step", sweep([4, 1]))
-def test_window_step_equals_per_micro_step_with_a_short_last_window(mode, accumulate_step):
+def test_window_step_equals_per_micro_step_with_a_short_last_window(graph_mode, accumulate_step):
     sizes = [[2] * accumulate_step] * 3
     if accumulate_step > 1:
         sizes.append([2] * (accumulate_step // 2))
@@ -163,7 +163,7 @@ def test_list_of_equal_micro_batches_and_counts_given_as_a_slice():
     assert_same_runs(actual, expected)
 
 
-def test_clip_norm_and_a_nonfinite_micro_batch_skip_exactly_that_window(mode):
+def test_clip_norm_and_a_nonfinite_micro_batch_skip_exactly_that_window(graph_mode):
     windows = make_windows([[4] * 4] * 3)
     x, y = windows[1][2]
     poisoned = x.asnumpy().copy()
