@@ -57,6 +57,13 @@ def mode(request):
 
 
 @pytest.fixture
+def graph_mode():
+    """Runs the test in GRAPH_MODE only: for a test whose PyNative run would repeat another's (a driver's PyNative
+    test takes ``mode``). The session's default mode is PyNative; the root conftest.py restores the mode."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+
+@pytest.fixture
 def train_mnist_run():
     """Trains on MNIST idx files in this process, as the tool does: ``(data_dir, **settings) -> (summary, state)``.
 

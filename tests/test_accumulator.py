@@ -10,7 +10,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from accumulator import Accumulator, make_window_step
 from helpers import (accumulated_step, assert_states_close, DoublingReducer, grad_fn_for, large_batch_step,
                      make_data, make_net, make_optimizer, optimizer_state, OPTIMIZERS,
-                     reduced_window_state, reference_state, split)
+                     reference_state, split, sweep)
 
 
 class OneWeight(nn.Cell):
@@ -68,10 +68,12 @@ def test_the_old_tally_adds_kept_share_to_its_tally_and_warns_once(monkeypatch):
 
 
 # N is a state Parameter, not a constant of the graph: every N compiles the same step. 4 holds several micro-steps
-# back per window, 1 closes every one; a third N would run the same graph on other values.
-@pytest.mark.parametrize("optimizer_name", OPTIMIZERS)
-@pytest.mark.parametrize("accumulate_step", [4, 1])
-def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
+# back per window, 1 closes every one; a third N would run the same graph on other values. The fast path runs
+# each N once, with a stateless and a stateful optimizer; CI runs every optimizer at both.
+@pytest.mark.parametrize("accumulate_step, optimizer_name", sweep(
+    [(4, "sgd"), (1, "adam")] + [(n, name) for n in (4, 1) for name in OPTIMIZERS
+                                 if (n, name) not in ((4, "sgd"), (1, "adam"))], fast=2))
+def test_windows_equal_large_batch_steps(graph_mode, optimizer_name, accumulate_step):
     x, y = make_data(24)
     windows = [(x[:12], y[:12]), (x[12:], y[12:])]
     expected = reference_state(optimizer_name, windows)
@@ -90,8 +92,9 @@ def test_windows_equal_large_batch_steps(mode, optimizer_name, accumulate_step):
     assert int(accumulator.update_count) == 2 and int(accumulator.micro_step) == 0
 
 
-@pytest.mark.parametrize("use_jit", [True, False])
-def test_with_and_without_jit(mode, use_jit):
+# Jitted is how every other test here runs the step: the fast path runs it op by op, CI both.
+@pytest.mark.parametrize("use_jit", sweep([False, True]))
+def test_with_and_without_jit(graph_mode, use_jit):
     x, y = make_data(8)
     expected = reference_state("momentum", [(x, y)])
     net = make_net()
@@ -104,8 +107,8 @@ def test_with_and_without_jit(mode, use_jit):
 
 
 # SGD as well as Adam: Adam's normalisation hides a rescaled gradient (a wrong
-# divisor moved its weights by only 9e-5), SGD's update is proportional to it.
-@pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
+# divisor moved its weights by only 9e-5), SGD's update is proportional to it, so SGD runs on the fast path.
+@pytest.mark.parametrize("optimizer_name", sweep(["sgd", "adam"]))
 def test_uneven_micro_batches_with_counts_equal_large_batch(mode, optimizer_name):
     x, y = make_data(16)
     expected = reference_state(optimizer_name, [(x, y)])
@@ -118,14 +121,7 @@ def test_uneven_micro_batches_with_counts_equal_large_batch(mode, optimizer_name
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-def test_grad_reducer_receives_and_returns_the_window_weight(mode):
-    x, y = make_data(16)
-    expected = reference_state("sgd", [(x, y)])
-    net = make_net()
-    assert_states_close(reduced_window_state(net, make_optimizer("sgd", net.trainable_params()), x, y), expected)
-
-
-@pytest.mark.parametrize("name", ["adam", "sgd"])
+@pytest.mark.parametrize("name", sweep(["sgd", "adam"]))
 def test_the_window_step_hands_the_reduced_window_to_the_optimizer(name):
     # flush() scales the reduced window as it hands it over, with no write-back.
     x, y = make_data(16)
@@ -154,7 +150,7 @@ def test_uneven_micro_batches_without_counts_are_a_mean_of_means():
     assert not all(np.allclose(actual[k], expected[k], rtol=1e-5, atol=1e-6) for k in expected)
 
 
-def test_sum_reduction_applies_the_raw_sum(mode):
+def test_sum_reduction_applies_the_raw_sum(graph_mode):
     x, y = make_data(8)
     expected = reference_state("sgd", [(x, y)], learning_rate=0.01, reduction="sum")
     net = make_net()
@@ -166,8 +162,8 @@ def test_sum_reduction_applies_the_raw_sum(mode):
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-@pytest.mark.parametrize("with_count", [False, True])
-def test_flush_applies_a_partial_window_like_a_step_on_its_data(mode, with_count):
+@pytest.mark.parametrize("with_count", sweep([True, False]))
+def test_flush_applies_a_partial_window_like_a_step_on_its_data(graph_mode, with_count):
     sizes = [4, 3] if with_count else [4, 4]
     x, y = make_data(sum(sizes))
     expected = reference_state("momentum", [(x, y)])
@@ -188,14 +184,19 @@ def test_flush_applies_a_partial_window_like_a_step_on_its_data(mode, with_count
     assert int(accumulator.update_count) == 1 and int(accumulator.micro_step) == 0
 
 
-@pytest.mark.parametrize("options", [
-    {}, {"clip_norm": 0.5}, {"spike_factor": 3.0, "spike_warmup": 0}, {"skip_nonfinite": "micro_batch"},
+# Every option at once on the fast path (each one's state must survive the empty flush); CI runs each alone.
+EVERY_FLUSH_OPTION = {"clip_norm": 0.5, "spike_factor": 3.0, "spike_warmup": 0, "skip_nonfinite": "micro_batch",
+                      "track_noise": True, "micro_batch_size": 4, "loss_scaler": "dynamic"}
+
+
+@pytest.mark.parametrize("options", sweep([
+    EVERY_FLUSH_OPTION, {}, {"clip_norm": 0.5}, {"spike_factor": 3.0, "spike_warmup": 0}, {"skip_nonfinite": "micro_batch"},
     {"track_noise": True, "micro_batch_size": 4}, {"skip_nonfinite": False},
-    {"loss_scaler": "dynamic"}], ids=str)
+    {"loss_scaler": "dynamic"}]), ids=str)
 def test_flush_on_an_empty_window_does_nothing(options):
     # After a window has applied, so running means and noise averages hold values an empty flush could disturb.
     if options.get("loss_scaler") == "dynamic":
-        options = {"loss_scaler": ms.amp.DynamicLossScaler(1024.0, 2, 1)}
+        options = {**options, "loss_scaler": ms.amp.DynamicLossScaler(1024.0, 2, 1)}
     x, y = make_data(8)
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
@@ -214,7 +215,7 @@ def test_flush_on_an_empty_window_does_nothing(options):
         np.testing.assert_array_equal(p.asnumpy(), value, err_msg=p.name)
 
 
-def test_incomplete_window_leaves_parameters_and_step_untouched(mode):
+def test_incomplete_window_leaves_parameters_and_step_untouched(graph_mode):
     x, y = make_data(12)
     net = make_net()
     optimizer = make_optimizer("adam", net.trainable_params())
@@ -334,18 +335,22 @@ class WindowLog:
         ops.assign_add(self.applied, window["applied"].astype(ms.int32))
 
 
-def test_attached_members_ride_the_reducer_and_hear_of_every_window(mode):
+def test_attached_members_ride_the_reducer_and_hear_of_every_window(graph_mode):
+    # Doubled sums over a doubled weight are the same mean: the state equals the large batch's only if the
+    # window's weight went through the reducer with the gradients and the member's tensors.
     x, y = make_data(16)
     expected = reference_state("sgd", [(x, y)])
     net = make_net()
     optimizer = make_optimizer("sgd", net.trainable_params())
-    accumulator = Accumulator(optimizer, 3, grad_reducer=DoublingReducer())
+    reducer = DoublingReducer()
+    accumulator = Accumulator(optimizer, 3, grad_reducer=reducer)
     log = WindowLog()
     accumulator.attach(log)
     step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
     for data, label in split(x, y, [5, 3, 8]):
         step(data, label, Tensor(len(data), ms.int32))
     assert_states_close(optimizer_state(optimizer), expected)
+    assert float(reducer.seen_weight) == 16.0
     assert (float(log.reduced), int(log.applied)) == (6.0, 1)
     assert [p.name for p in accumulator.state_parameters()][-3:] == ["log.local", "log.reduced", "log.applied"]
 

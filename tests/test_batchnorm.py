@@ -19,6 +19,7 @@ from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, Wi
                          make_window_step, save_checkpoint)
 from accumulator.batchnorm import WindowBatchNorm, convert_batchnorm
 from batchnorm_worker import SIZES, window_batches
+from helpers import sweep
 
 ACCUMULATE_STEP = 4
 MICRO_BATCH = 8
@@ -106,7 +107,9 @@ def window_state(accumulator):
     return {p.name: p.asnumpy().copy() for p in accumulator.state_parameters() if ".window_" in p.name}
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+# Fewer than 4 dims are reshaped to 4 (WindowBatchNorm.construct): the fast path runs a 4-D and a 3-D input, CI
+# the 2-D one too.
+@pytest.mark.parametrize("layout", sweep(["2d", "1d-sequence", "1d"], fast=2))
 def test_moving_statistics_equal_one_update_on_the_whole_window(mode, layout):
     layer_class, shape, momentum = LAYOUTS[layout]
     batches = window_data(shape, windows=2)
@@ -143,10 +146,10 @@ def test_a_plain_batchnorm_under_accumulation_misses_the_window():
     assert np.abs(averaged / expected["moving_variance"] - 1).min() > 0.2
 
 
-def test_a_skipped_window_leaves_the_moving_statistics_untouched(mode):
+def test_a_skipped_window_leaves_the_moving_statistics_untouched(graph_mode):
     batches = window_data((3, 4, 4), windows=2)
     net, accumulator = converted(nn.BatchNorm2d, 3)
-    step = micro_step(net, accumulator, mode)
+    step = micro_step(net, accumulator)
     before = statistics(net[0])
     scales = [1.0, float("inf"), 1.0, 1.0]
     assert [bool(step(x, scale)) for x, scale in zip(micro_batches(batches[0]), scales)] == [False] * 4
@@ -159,13 +162,13 @@ def test_a_skipped_window_leaves_the_moving_statistics_untouched(mode):
     assert_statistics_close(net[0], plain_reference(nn.BatchNorm2d, 3, 0.9, batches[1:]))
 
 
-def test_a_flushed_partial_window_updates_once_from_what_it_holds(mode):
+def test_a_flushed_partial_window_updates_once_from_what_it_holds(graph_mode):
     batches = window_data((5,), windows=1)
     net, accumulator = converted(nn.BatchNorm1d, 5, momentum=0.5)
-    step = micro_step(net, accumulator, mode)
+    step = micro_step(net, accumulator)
     for x in micro_batches(batches[0])[:3]:
         step(x)
-    flush = ms.jit(accumulator.flush) if mode == "graph" else accumulator.flush
+    flush = ms.jit(accumulator.flush)
     assert bool(flush())
     assert_statistics_close(net[0], plain_reference(nn.BatchNorm1d, 5, 0.5, [batches[0][:3 * MICRO_BATCH]]))
 
@@ -180,16 +183,15 @@ def run_windows(step, batches, first, last):
 def test_checkpoint_mid_window_resumes_exactly(tmp_path):
     batches = window_data((3, 4, 4), windows=3)
     total = 3 * ACCUMULATE_STEP
-    net, accumulator = converted(nn.BatchNorm2d, 3)
-    run_windows(micro_step(net, accumulator), batches, 0, total)
-    expected = statistics(net[0])
-
     path = str(tmp_path / "mid_window.ckpt")
     net, accumulator = converted(nn.BatchNorm2d, 3)
-    run_windows(micro_step(net, accumulator), batches, 0, ACCUMULATE_STEP + 2)
+    step = micro_step(net, accumulator)
+    run_windows(step, batches, 0, ACCUMULATE_STEP + 2)
     save_checkpoint(path, net, accumulator.optimizer, accumulator)
     saved = ms.load_checkpoint(path)
     assert float(saved["accumulator.0.window_count"].asnumpy()) == 2 * MICRO_BATCH * 16
+    run_windows(step, batches, ACCUMULATE_STEP + 2, total)   # the uninterrupted run goes on
+    expected = statistics(net[0])
 
     net, accumulator = converted(nn.BatchNorm2d, 3)
     load_checkpoint(path, net, accumulator.optimizer, accumulator)
@@ -214,7 +216,7 @@ def test_checkpoints_of_the_plain_network_load_into_the_converted_one_and_back(t
     assert ms.load_param_into_net(fresh, saved, strict_load=True) == ([], [])
 
 
-def test_the_window_step_pools_its_loop(mode):
+def test_the_window_step_pools_its_loop(graph_mode):
     batches = window_data((3, 4, 4), windows=2)
     net, accumulator = converted(nn.BatchNorm2d, 3)
     window_step = make_window_step(loss_grad_fn(net, accumulator), accumulator)

@@ -101,7 +101,7 @@ def test_the_two_ways_differ_where_the_oracles_do():
 
 
 @pytest.mark.parametrize("track_noise", TRACKING)
-def test_equal_micro_batches_without_counts_use_micro_batch_size(mode, track_noise):
+def test_equal_micro_batches_without_counts_use_micro_batch_size(graph_mode, track_noise):
     rng = np.random.default_rng(1)
     windows = random_windows(rng, [[32] * 4] * 3)
     accumulator, _, step = tracking(track_noise, accumulate_step=4, micro_batch_size=32)
@@ -192,16 +192,17 @@ class Linear(Free):
 def test_the_window_step_samples_as_the_per_micro_step_call_does(track_noise):
     # A micro-batch of b rows, each its mean gradient: the summed loss's gradient is b times it.
     rng = np.random.default_rng(7)
-    sizes = [[5, 3, 8], [3, 4, 4], [6, 6, 1], [4, 4, 4]]
+    # Uneven micro-batches: runs of equal shapes loop, a lone one goes alone; the window's last micro-batch
+    # ends a loop, then goes alone; two shapes only, so few graphs compile.
+    sizes = [[3, 4, 4], [4, 4, 3], [4, 4, 4]]
     windows = random_windows(rng, sizes)
     net = Linear()
     accumulator = Accumulator(nn.SGD(net.trainable_params(), 1e-3), 3, track_noise=track_noise)
     window_step = make_window_step(ms.value_and_grad(net, None, accumulator.optimizer.parameters), accumulator)
-    for means, sizes_ in windows[:3]:
-        # Uneven micro-batches: runs of equal shapes loop, a lone one goes alone.
+    for means, sizes_ in windows[:2]:
         micro_batches = [(Tensor(np.tile(mean, (size, 1)).astype(np.float32)),) for mean, size in zip(means, sizes_)]
         window_step(micro_batches, counts=sizes_)
-    means, sizes_ = windows[3]
+    means, sizes_ = windows[2]
     window_step(Tensor(np.stack([np.tile(mean, (4, 1)) for mean in means]).astype(np.float32)), counts=sizes_)
     assert_record_close(accumulator.noise.record(), oracle(windows, track_noise))
 

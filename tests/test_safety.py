@@ -253,7 +253,7 @@ def test_the_window_step_drops_a_nonfinite_micro_batch_too():
     assert int(accumulator.find(SkipNonFiniteMicroBatches).dropped_micro_batches) == 2
 
 
-def test_a_spike_window_is_skipped_and_kept_out_of_the_running_mean(mode):
+def test_a_spike_window_is_skipped_and_kept_out_of_the_running_mean(graph_mode):
     net, accumulator, grad_fn = scale_setup(1, spike_factor=10)
     step = per_micro_step(accumulator, grad_fn)
     # Window norms 1 (twelve times), 100, then 1: a gradient of g/sqrt(2) per entry has norm g.

@@ -45,14 +45,14 @@ def test_mean_loss_on_even_micro_batches_is_equivalent(mode):
     assert "\n" not in str(report) and str(report) == report.summary()
 
 
-def test_counts_with_a_summed_loss_on_uneven_micro_batches_are_equivalent(mode):
+def test_counts_with_a_summed_loss_on_uneven_micro_batches_are_equivalent(graph_mode):
     net, accumulator, grad_fn = _setup(loss_reduction="sum", accumulate_step=3)
     report = check_equivalence(grad_fn, _window([5, 3, 8]), accumulator, counts=[5, 3, 8], network=net)
     assert report.equivalent and report.reasons == ()
     assert report.max_rel_diff < 1e-5
 
 
-def test_uneven_micro_batches_without_counts_are_a_mean_of_means(mode):
+def test_uneven_micro_batches_without_counts_are_a_mean_of_means(graph_mode):
     # A dropout layer of rate 0 in training mode draws nothing: it must not be blamed.
     net, accumulator, grad_fn = _setup(_net_with(nn.Dropout(p=0.0)), accumulate_step=3)
     report = check_equivalence(grad_fn, _window([5, 3, 8]), accumulator, network=net)
@@ -65,7 +65,7 @@ def test_uneven_micro_batches_without_counts_are_a_mean_of_means(mode):
 
 
 
-def test_a_difference_between_rtol_and_ten_times_it_is_told_apart_both_ways(mode):
+def test_a_difference_between_rtol_and_ten_times_it_is_told_apart_both_ways(graph_mode):
     # Micro-batches of 300 and 301 without counts: a mean of means, off by under a thousandth.
     net, accumulator, grad_fn = _setup(accumulate_step=2)
     window = _window([300, 301])
@@ -88,7 +88,7 @@ def _token_grad_fns(loss, parameters):
     return ms.value_and_grad(summed, None, parameters), ms.value_and_grad(mean, None, parameters)
 
 
-def test_token_batches_padded_to_their_own_lengths_check_against_the_batch_padded_together(mode):
+def test_token_batches_padded_to_their_own_lengths_check_against_the_batch_padded_together(graph_mode):
     loss = SummedTokenLoss(TokenNet())
     accumulator = Accumulator(make_optimizer("sgd", loss.net.trainable_params()), 4)
     summed, mean = _token_grad_fns(loss, accumulator.optimizer.parameters)
@@ -113,7 +113,7 @@ def test_token_batches_padded_to_their_own_lengths_check_against_the_batch_padde
     ("sum", "sum", None),       # the window's raw sum is the large batch's summed-loss gradient
     ("sum", "mean", None),      # a mean loss (divided by N or not): N times the large batch's, through grad_fn
 ])
-def test_sum_reduction_fits_a_summed_loss_and_a_mean_divided_by_n(mode, reduction, loss_reduction, counts):
+def test_sum_reduction_fits_a_summed_loss_and_a_mean_divided_by_n(graph_mode, reduction, loss_reduction, counts):
     net, accumulator, grad_fn = _setup(reduction=reduction, loss_reduction=loss_reduction)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, counts=counts, network=net)
     assert report.equivalent and report.max_rel_diff < 1e-5
@@ -123,7 +123,7 @@ def test_sum_reduction_fits_a_summed_loss_and_a_mean_divided_by_n(mode, reductio
     ("sum", None, "0.25x", "a loss summed over samples needs counts"),
     ("mean", [4, 4, 4, 4], "4x", "counts need the gradient of a loss summed over samples"),
 ])
-def test_a_loss_normalised_unlike_the_accumulator_is_a_normalisation_mismatch(mode, loss_reduction, counts, scale,
+def test_a_loss_normalised_unlike_the_accumulator_is_a_normalisation_mismatch(graph_mode, loss_reduction, counts, scale,
                                                                               hint):
     net, accumulator, grad_fn = _setup(loss_reduction=loss_reduction)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, counts=counts, network=net)
@@ -132,7 +132,7 @@ def test_a_loss_normalised_unlike_the_accumulator_is_a_normalisation_mismatch(mo
     assert hint in report.reasons[0]
 
 
-def test_batch_norm_in_training_mode_is_named_and_its_statistics_restored(mode):
+def test_batch_norm_in_training_mode_is_named_and_its_statistics_restored(graph_mode):
     net = _net_with(nn.BatchNorm1d(8))
     net, accumulator, grad_fn = _setup(net)
     statistics = [p.asnumpy().copy() for p in (net[1].moving_mean, net[1].moving_variance)]
@@ -145,7 +145,7 @@ def test_batch_norm_in_training_mode_is_named_and_its_statistics_restored(mode):
         assert before.tobytes() == after.asnumpy().tobytes()
 
 
-def test_a_converted_batch_norm_is_named_as_converted_and_its_statistics_restored(mode):
+def test_a_converted_batch_norm_is_named_as_converted_and_its_statistics_restored(graph_mode):
     net = _net_with(nn.BatchNorm1d(8))
     net, accumulator, grad_fn = _setup(net)
     convert_batchnorm(net, accumulator)
@@ -159,14 +159,14 @@ def test_a_converted_batch_norm_is_named_as_converted_and_its_statistics_restore
     assert all(a.tobytes() == b.tobytes() for a, b in zip(state, after))
 
 
-def test_batch_norm_in_inference_mode_is_equivalent(mode):
+def test_batch_norm_in_inference_mode_is_equivalent(graph_mode):
     net = _net_with(nn.BatchNorm1d(8))
     net.set_train(False)
     net, accumulator, grad_fn = _setup(net)
     assert check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net).equivalent
 
 
-def test_dropout_is_named_and_seen_as_randomness_even_without_the_network(mode):
+def test_dropout_is_named_and_seen_as_randomness_even_without_the_network(graph_mode):
     net = _net_with(nn.Dropout(p=0.5))
     net, accumulator, grad_fn = _setup(net)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)
@@ -184,7 +184,7 @@ def _coupled_grad_fn(net, parameters):
     return ms.value_and_grad(forward, None, parameters)
 
 
-def test_a_loss_that_couples_samples_is_not_equivalent(mode):
+def test_a_loss_that_couples_samples_is_not_equivalent(graph_mode):
     net, accumulator, _ = _setup()
     grad_fn = _coupled_grad_fn(net, accumulator.optimizer.parameters)
     report = check_equivalence(grad_fn, _window([4, 4, 4, 4]), accumulator, network=net)

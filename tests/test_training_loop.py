@@ -30,11 +30,12 @@ def initial_weights(data_dir):
 #    weighting by sample count (not a mean of micro-batch means) matches the
 #    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
 #    both runs still see the same data.
+# The fast path runs uneven_window's comparison in test_every_driver_trains_to_the_same_weights.
 @pytest.mark.parametrize("case, fixture, small, large, extra", sweep([
     ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
     ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
     ("uneven_tail", "synthetic_mnist_dir", (32, 2), (64, 1), {"shuffle": False}),
-]))
+], fast=0))
 def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_run, case, fixture, small, large,
                                                          extra):
     data_dir = request.getfixturevalue(fixture)
@@ -52,11 +53,33 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_ru
     assert moved > 1e-3
 
 
+RUNS = {}
+
+
+def trained_once(train_mnist_run, data_dir, **settings):
+    """``train_mnist_run``'s result, run once per module for the same settings (the tests only read it)."""
+    key = (data_dir, tuple(sorted(settings.items())))
+    if key not in RUNS:
+        RUNS[key] = train_mnist_run(data_dir, **settings)
+    return RUNS[key]
+
+
+def driver_settings(accumulate_step):
+    return dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step, optimizer="momentum")
+
+
 @pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
 def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnist_run, accumulate_step):
-    # 200 samples in 32-batches: the last window is short and its last batch holds 8.
-    common = dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step)
-    in_graph, expected = train_mnist_run(synthetic_mnist_dir, **common, driver="in-graph")
+    # 200 samples in 32-batches: the last window is short and its last batch holds 8. At N=4 the windows are
+    # (32,32,32,32 | 32,32,8), so the in-graph run must also equal 128-batches (128 | 72): uneven_window above.
+    common = driver_settings(accumulate_step)
+    in_graph, expected = trained_once(train_mnist_run, synthetic_mnist_dir, **common, driver="in-graph")
+    if accumulate_step == 4:
+        large_batch, large_state = train_mnist_run(synthetic_mnist_dir, **{**common, "batch_size": 128,
+                                                                              "accumulate_step": 1})
+        assert in_graph["updates"] == large_batch["updates"]
+        for name, value in large_state.items():
+            np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
     for driver in ("host", "window"):
         summary, actual = train_mnist_run(synthetic_mnist_dir, **common, driver=driver)
         assert summary["updates"] == in_graph["updates"], driver
@@ -66,8 +89,9 @@ def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnis
 
 
 def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir, train_mnist_run):
-    _, graph = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1)
-    _, pynative = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, mode="pynative")
+    # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
+    _, graph = trained_once(train_mnist_run, synthetic_mnist_dir, **driver_settings(4), driver="in-graph")
+    _, pynative = train_mnist_run(synthetic_mnist_dir, **driver_settings(4), driver="in-graph", mode="pynative")
     for name, value in graph.items():
         np.testing.assert_allclose(pynative[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
@@ -143,7 +167,8 @@ def _trained_toy(mode, **settings):
     return summary, run
 
 
-@pytest.mark.parametrize("settings", [dict(accumulate_step=3, track_noise=True), dict(accumulate_step="noise")])
+# "noise" tracks noise as track_noise=True does and moves N as well: the fast path runs it.
+@pytest.mark.parametrize("settings", sweep([dict(accumulate_step="noise"), dict(accumulate_step=3, track_noise=True)]))
 def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
     # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
     # (track_noise=True samples the window's last micro-batch) is read on the host, noise moves N.
