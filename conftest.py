@@ -6,12 +6,25 @@ compile (tests make some fail on purpose; ``MS_OM_PATH`` moves it, for the tests
 in a temporary folder, and each doctest in an empty one of its own, where its examples can write
 files by short relative names. Every test starts in the execution mode the session started in:
 training sets MindSpore's global mode, and a test left in GRAPH_MODE changed what later tests ran.
+The doctests that start probe children are marked slow: tests/test_plan.py's fast test takes that path.
 """
 import os
 
 import mindspore as ms
 import pytest
 from _pytest.doctest import DoctestItem
+
+
+# Multi-process examples (a probe child each, docs/memory-plan.md#planning-cost): the full suite runs them.
+SLOW_DOCTESTS = {"accumulator.plan.ProbeChild", "accumulator.plan.measure_in_child", "accumulator.plan.plan_micro_batch"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Marks ``SLOW_DOCTESTS`` slow before ``-m`` selects (a doctest cannot carry a mark of its own)."""
+    for item in items:
+        if isinstance(item, DoctestItem) and item.name in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True, scope="session")

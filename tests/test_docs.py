@@ -143,8 +143,9 @@ def page_context(tmp_path, monkeypatch):
     ms.set_context(mode=mode)
 
 
-# A real project's loop, end to end (17 CPU-seconds): the full suite runs that page, the fast path not.
-LONG_PAGES = {"your-project.md"}
+# The full suite runs these pages, the fast path not: a real project's loop, end to end (your-project.md), and
+# probe child processes (memory-plan.md; tests/test_plan.py's fast test plans through a child).
+LONG_PAGES = {"memory-plan.md", "your-project.md"}
 
 
 @pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow) if page.name in LONG_PAGES else page

@@ -119,6 +119,23 @@ def killed(size):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(monkeypatch):
+    # The fast suite's one probe child (CI's oldest release runs it too); the plan module's child examples are slow.
+    started = []
+
+    class CountedChild(ProbeChild):
+        def __init__(self, *args, **kwargs):
+            started.append(True)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr("accumulator.plan.ProbeChild", CountedChild)
+    plan = plan_micro_batch(touch_memory, 6, peak_resident() + GIB, args=(MIB,), candidates=[2, 3], steps=1)
+    assert [(probe.size, probe.outcome) for probe in plan.probes] == [(2, "measured"), (3, "measured")]
+    assert all(probe.peak > probe.size * MIB and probe.samples_per_second > 0 for probe in plan.probes)
+    assert (plan.micro_batch, plan.accumulate_step) in [(2, 3), (3, 2)]
+    assert len(started) == 1
+
+
 @pytest.mark.slow
 def test_a_child_measures_the_memory_its_step_holds_per_sample():
     # 64 MiB a sample: the two children's peaks differ by the 3 samples' 192 MiB, give or take the import's noise.
