@@ -87,16 +87,16 @@ def main(argv=None):
     with 130 or 143 and a line saying how to resume; the temporary
     ``--synthetic`` folder is removed and the last checkpoint stays whole.
 
-    Example (one epoch of the look-alike, a few seconds; the learning rate follows N, the epoch line says to what):
-        >>> summary = main(["--synthetic", "--epochs", "1", "--scale-rule", "linear",
+    Example (one epoch of the look-alike in micro-batches of 200; the learning rate follows N, as the epoch line says):
+        >>> summary = main(["--synthetic", "--epochs", "1", "--batch-size", "200", "--scale-rule", "linear",
         ...                 "--log-json", "run.json", "--plot", "run.png"])
-        synthetic MNIST look-alike from ...: 6000 train / 1000 test samples; batch 32 x 2 = effective 64;
+        synthetic MNIST look-alike from ...: 6000 train / 1000 test samples; batch 200 x 2 = effective 400;
         sgd lr 0.01 for one micro-batch, following N by the linear rule; graph mode on CPU; driver window (a fixed N)
         compiled the train step in ... s
         epoch 1/1: train loss ..., test accuracy ...%, test loss ..., ... samples/s, ... s; N 2, lr 0.02
-        best test accuracy ...% (epoch 1), final ...%; ... samples/s; effective batch 64 (32 x 2), 94 updates
+        best test accuracy ...% (epoch 1), final ...%; ... samples/s; effective batch 400 (200 x 2), 15 updates
         >>> summary["updates"], sorted(os.listdir()), open("run.png", "rb").read(4)[1:]
-        (94, ['run.json', 'run.png'], b'PNG')
+        (15, ['run.json', 'run.png'], b'PNG')
     """
     config, data_flags = parse_args(argv)
 
