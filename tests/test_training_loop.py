@@ -30,7 +30,7 @@ def initial_weights(data_dir):
 #    weighting by sample count (not a mean of micro-batch means) matches the
 #    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
 #    both runs still see the same data.
-# The fast path runs uneven_window's comparison in test_every_driver_trains_to_the_same_weights.
+# The fast path runs uneven_window's comparison on the toy net: test_every_driver_trains_to_the_same_weights.
 @pytest.mark.parametrize("case, fixture, small, large, extra", sweep([
     ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
     ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
@@ -53,48 +53,66 @@ def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_ru
     assert moved > 1e-3
 
 
+def trained_toy(samples=20, **settings):
+    """``train`` on ``toy_task(samples)``, two epochs of 2-batches at lr 0.1: ``(summary, run)``.
+
+    ``settings`` are ``TrainConfig`` fields (``mode`` too: the context follows it).
+    """
+    config = configure_context(TrainConfig(**{"epochs": 2, "batch_size": 2, "lr": 0.1, **settings}))
+    return train(config, toy_task(samples), progress=False)
+
+
+def trained_state(run):
+    """Every parameter of the run's network and optimizer as numpy, by name."""
+    state = {param.name: param.asnumpy().copy() for param in run.net.get_parameters()}
+    state.update({name: param.asnumpy().copy() for name, param in run.optimizer.parameters_and_names()})
+    return state
+
+
 RUNS = {}
 
 
-def trained_once(train_mnist_run, data_dir, **settings):
-    """``train_mnist_run``'s result, run once per module for the same settings (the tests only read it)."""
-    key = (data_dir, tuple(sorted(settings.items())))
+def trained_once(**settings):
+    """``trained_toy``'s summary and state, run once per module for the same settings (the tests only read them)."""
+    key = tuple(sorted(settings.items()))
     if key not in RUNS:
-        RUNS[key] = train_mnist_run(data_dir, **settings)
+        summary, run = trained_toy(**settings)
+        RUNS[key] = summary, trained_state(run)
     return RUNS[key]
 
 
 def driver_settings(accumulate_step):
-    return dict(epochs=2, lr=0.1, batch_size=32, accumulate_step=accumulate_step, optimizer="momentum")
+    return dict(samples=21, accumulate_step=accumulate_step, optimizer="momentum")
 
 
+# A driver on the toy net (uneven_window above is the same comparison on MNIST, end to end).
 @pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
-def test_every_driver_trains_to_the_same_weights(synthetic_mnist_dir, train_mnist_run, accumulate_step):
-    # 200 samples in 32-batches: the last window is short and its last batch holds 8. At N=4 the windows are
-    # (32,32,32,32 | 32,32,8), so the in-graph run must also equal 128-batches (128 | 72): uneven_window above.
+def test_every_driver_trains_to_the_same_weights(accumulate_step):
+    # 21 samples in 2-batches: the last window is short and its last batch holds 1. At N=4 the windows are
+    # (2,2,2,2 | 2,2,2,2 | 2,2,1), so the in-graph run must also equal 8-batches (8 | 8 | 5).
     common = driver_settings(accumulate_step)
-    in_graph, expected = trained_once(train_mnist_run, synthetic_mnist_dir, **common, driver="in-graph")
+    in_graph, expected = trained_once(**common, driver="in-graph")
     if accumulate_step == 4:
         # The oracle runs in PyNative, which compiles nothing; test_pynative_mode_trains_like_graph_mode ties the modes.
-        large_batch, large_state = train_mnist_run(synthetic_mnist_dir, **{**common, "batch_size": 128,
-                                                                              "accumulate_step": 1}, mode="pynative")
-        assert in_graph["updates"] == large_batch["updates"]
-        for name, value in large_state.items():
+        large_batch, large_run = trained_toy(**{**common, "batch_size": 8, "accumulate_step": 1}, mode="pynative")
+        assert in_graph["updates"] == large_batch["updates"] == 6
+        for name, value in trained_state(large_run).items():
             np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
     for driver in ("host", "window"):
-        summary, actual = train_mnist_run(synthetic_mnist_dir, **common, driver=driver)
+        summary, run = trained_toy(**common, driver=driver)
         assert summary["updates"] == in_graph["updates"], driver
         assert summary["final_train_loss"] == pytest.approx(in_graph["final_train_loss"], rel=1e-5), driver
         for name, value in expected.items():
-            np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{driver}: {name}")
+            np.testing.assert_allclose(trained_state(run)[name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{driver}: {name}")
 
 
-def test_pynative_mode_trains_like_graph_mode(synthetic_mnist_dir, train_mnist_run):
+def test_pynative_mode_trains_like_graph_mode():
     # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
-    _, graph = trained_once(train_mnist_run, synthetic_mnist_dir, **driver_settings(4), driver="in-graph")
-    _, pynative = train_mnist_run(synthetic_mnist_dir, **driver_settings(4), driver="in-graph", mode="pynative")
+    _, graph = trained_once(**driver_settings(4), driver="in-graph")
+    _, pynative = trained_toy(**driver_settings(4), driver="in-graph", mode="pynative")
     for name, value in graph.items():
-        np.testing.assert_allclose(pynative[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(trained_state(pynative)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("drop_last, samples, updates", [(False, 10, 2), (True, 8, 1)])
@@ -161,20 +179,13 @@ def test_a_signal_while_the_progress_bar_draws_itself_waits_until_the_bar_can_be
             assert closed   # closed before the interrupt's message is printed, which clears its line
 
 
-def _trained_toy(mode, **settings):
-    config = TrainConfig(mode=mode, epochs=2, batch_size=2, lr=0.1, **settings)
-    configure_context(config)
-    summary, run = train(config, toy_task(20), progress=False)
-    return summary, run
-
-
 # "noise" tracks noise as track_noise=True does and moves N as well: the fast path runs it.
 @pytest.mark.parametrize("settings", sweep([dict(accumulate_step="noise"), dict(accumulate_step=3, track_noise=True)]))
 def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
     # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
     # (track_noise=True samples the window's last micro-batch) is read on the host, noise moves N.
-    graph_summary, graph = _trained_toy("graph", **settings)
-    eager_summary, eager = _trained_toy("pynative", **settings)
+    graph_summary, graph = trained_toy(mode="graph", **settings)
+    eager_summary, eager = trained_toy(mode="pynative", **settings)
     assert graph_summary["updates"] == eager_summary["updates"] >= 4
     assert int(graph.accumulator.accumulate_step) == int(eager.accumulator.accumulate_step)
     for key, value in eager.accumulator.noise.record().items():
