@@ -37,11 +37,6 @@ SCRIPT = os.path.join(REPO_ROOT, "scripts", "train_mnist.py")
 UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"
 
 
-def run_script(*argv, cwd=REPO_ROOT):
-    """The script as a user runs it, in a fresh interpreter."""
-    return subprocess.run([sys.executable, SCRIPT, *argv], capture_output=True, text=True, timeout=120, cwd=cwd)
-
-
 def refused(capsys, message, *argv):
     """``main(argv)`` ended with status 1 and ``error: <message>`` as its only output: nothing was trained."""
     with pytest.raises(SystemExit) as caught:
@@ -177,13 +172,15 @@ def test_plot_without_matplotlib_stops_before_training(monkeypatch, capsys, tmp_
 
 # ---------------------------------------------------------------- downloads
 
-def test_offline_download_exits_with_the_message_and_no_traceback(tmp_path):
+def test_offline_download_exits_with_the_message_and_no_traceback(tmp_path, capsys):
+    # In this process: the exit status and stderr are main's (the signal tests run the script in a fresh interpreter).
     data_dir = str(tmp_path / "nonexistent" / "dir")  # the folders it makes on the way go again
-    result = run_script("--data-dir", data_dir, "--mnist-url", UNREACHABLE_URL)
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    assert f"error: Could not download MNIST from {UNREACHABLE_URL}" in result.stderr
-    assert "Connection refused" in result.stderr and "--synthetic" in result.stderr
+    with pytest.raises(SystemExit) as caught:
+        train_mnist.main(["--data-dir", data_dir, "--mnist-url", UNREACHABLE_URL])
+    err = capsys.readouterr().err
+    assert caught.value.code == 1
+    assert "Traceback" not in err and err.startswith(f"error: Could not download MNIST from {UNREACHABLE_URL}")
+    assert "Connection refused" in err and "--synthetic" in err
     assert os.listdir(tmp_path) == []
 
 
