@@ -111,7 +111,7 @@ def test_equal_micro_batches_without_counts_use_micro_batch_size(graph_mode, tra
     assert_record_close(accumulator.noise.record(), oracle(windows, track_noise))
 
 
-@pytest.mark.parametrize("track_noise, windows", sweep([("micro_batch", 150), (True, 150)]))
+@pytest.mark.parametrize("track_noise, windows", sweep([("micro_batch", 60), (True, 60)]))
 def test_the_noise_scale_of_known_gradients_is_found(track_noise, windows):
     # g_i ~ N(G, Σ / b_i) with tr(Σ) = 16 * 4 and |G|² = 16 * 0.25: the noise scale is 16.
     rng = np.random.default_rng(2)
@@ -273,12 +273,12 @@ def adaptive_run(micro_steps, path=None, resume=None, save_at=None, track_noise=
 
 @pytest.mark.parametrize("track_noise", sweep(TRACKING[::-1]))
 def test_the_adaptive_window_settles_on_the_noise_scale_without_flapping(tmp_path, track_noise):
-    steps = adaptive_run(600, path=str(tmp_path / "mid.ckpt"), save_at=301, track_noise=track_noise)
+    steps = adaptive_run(300, path=str(tmp_path / "mid.ckpt"), save_at=151, track_noise=track_noise)
     # Effective batch 4 x N near the noise scale 16: N = 4.
     assert steps[-1] == 4
     changes = sum(a != b for a, b in zip(steps, steps[1:]))
     assert changes <= 3, steps
-    resumed = adaptive_run(600, resume=str(tmp_path / "mid.ckpt"), save_at=301, track_noise=track_noise)
+    resumed = adaptive_run(300, resume=str(tmp_path / "mid.ckpt"), save_at=151, track_noise=track_noise)
     assert resumed == steps[-len(resumed):]
 
 
