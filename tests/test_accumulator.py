@@ -350,7 +350,7 @@ def test_attached_members_ride_the_reducer_and_hear_of_every_window(graph_mode):
     log = WindowLog()
     accumulator.attach(log)
     step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
-    for data, label in split(x, y, [5, 3, 8]):
+    for data, label in split(x, y, [6, 4, 6]):   # uneven counts in two shapes: two compiles
         step(data, label, Tensor(len(data), ms.int32))
     assert_states_close(optimizer_state(optimizer), expected)
     assert float(reducer.seen_weight) == 16.0
