@@ -179,10 +179,10 @@ def test_the_mean_of_micro_batch_means_is_not_the_large_batch():
     assert relative_change_error(mean_of_means_update(make_lm, OPTIMIZERS["nn.SGD"]), large, start) > 0.1
 
 
-@pytest.mark.parametrize("mode, optimizer", [("window", "nn.SGD"),
-                                             pytest.param("window", "mint.optim.SGD", marks=pytest.mark.slow),
-                                             pytest.param("window", "mint.optim.Adam", marks=pytest.mark.slow),
-                                             pytest.param("jit", "nn.SGD", marks=pytest.mark.slow)])
+# CI only: the fast path's compiled window step on token counts is the recomputed blocks' test below.
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, optimizer", [("window", "nn.SGD"), ("window", "mint.optim.SGD"),
+                                             ("window", "mint.optim.Adam"), ("jit", "nn.SGD")])
 def test_compiled_token_windows_equal_the_large_batch(mode, optimizer):
     start, large = reference(optimizer)
     assert relative_change_error(window_update(make_lm, OPTIMIZERS[optimizer], mode), large, start) < 1e-5
@@ -199,7 +199,7 @@ def packed_micro_batches(rows=2):
 
 
 # Packing is in the data: the eager loop sees it on the fast path; the compiled window step on token counts runs
-# in test_compiled_token_windows_equal_the_large_batch, here in CI.
+# in test_recomputed_blocks_train_a_window_equal_to_the_large_batch, here in CI.
 @pytest.mark.parametrize("mode", sweep(["eager", "window"]))
 def test_packed_token_windows_equal_the_large_batch_of_the_same_sequences_padded(mode):
     start, large = reference("nn.SGD")                 # one batch of the 16 sequences, each padded
@@ -246,6 +246,7 @@ def test_frozen_parameters_train_a_window_equal_to_the_large_batch():
     assert any(changed) and not all(changed)
 
 
+# The fast path's one compiled window step of token counts on the LM (test_compiled_token_windows_... in CI).
 def test_recomputed_blocks_train_a_window_equal_to_the_large_batch():
     def recomputed_lm():
         net = make_lm()

@@ -6,6 +6,7 @@ from mindspore import Parameter, Tensor, nn, ops
 
 from accumulator import Accumulator, ClipNorm, Policy
 from accumulator.policy import HOOKS, takes_part
+from helpers import sweep
 
 
 class Halve(Policy):
@@ -32,7 +33,8 @@ def test_a_policy_takes_part_in_the_hooks_it_defines_only():
     assert [hook for hook in HOOKS if takes_part(ClipNorm(1.0), hook)] == ["factor"]
 
 
-@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE])
+# Op by op on the fast path; CI also compiles it (a policy in a graph: the plain class's test below and ClipNorm's).
+@pytest.mark.parametrize("mode", sweep([ms.PYNATIVE_MODE, ms.GRAPH_MODE]))
 def test_factor_and_gate_reach_the_update_grads_1_2_3_4(mode):
     ms.set_context(mode=mode)
     try:

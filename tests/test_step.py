@@ -62,7 +62,9 @@ def test_the_host_step_compiles_ahead_then_equals_the_large_batch_and_applies_ev
 
 
 def uneven_micro_batches(accumulate_step):
-    """Micro-batches of 6, 5 and 3 samples, with their counts, through the recommended step and plain SGD.
+    """Micro-batches of 6, 4 and 4 samples, with their counts, through the recommended step and plain SGD.
+
+    Uneven counts in two shapes: two compiles.
 
     Returns the optimizer, the accumulator, what each ``step()`` returned and the data.
     """
@@ -71,7 +73,7 @@ def uneven_micro_batches(accumulate_step):
     optimizer = make_optimizer("sgd", net.trainable_params())
     accumulator = Accumulator(optimizer, accumulate_step)
     step = host_applied(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
-    updates = [step(xb, yb, Tensor(float(xb.shape[0]), ms.float32)) for xb, yb in split(x, y, [6, 5, 3])]
+    updates = [step(xb, yb, Tensor(float(xb.shape[0]), ms.float32)) for xb, yb in split(x, y, [6, 4, 4])]
     return optimizer, accumulator, updates, (x, y)
 
 
