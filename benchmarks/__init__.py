@@ -11,7 +11,6 @@ from one contender into the next. The modules, in the order a run uses them:
   alternating over the repeats; ``worker`` times one configuration;
 * ``paired``: the contenders in one process, block by block in turn;
 * ``end_to_end``: the training tools' epochs against their own compiled step;
-* ``time_to_target``: the training tools run to N = 1's loss at fixed, noise-scale and measured windows;
 * ``report`` and ``plot``: the rows, the table, the JSON and the PNG.
 
 ``scripts/benchmark.py`` is the command line over these.

@@ -18,7 +18,6 @@ Examples:
     python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
         --contenders plain_micro,micro_floor,recommended,apply_floor,window,accumulator,tutorial,boost
     python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step
-    python scripts/benchmark.py --time-to-target --json ttt.json --plot docs/time_to_target.png  # both tools
 
 Earlier harnesses (single kernels, the profiler, compile times, packing,
 scaling rules, whole-batch memory) are in the git history: BENCHMARKS.md
@@ -36,7 +35,7 @@ from benchmarks.configs import MODES, NETS, make_configs, name_list, positive, p
 from benchmarks.contenders import CONTENDERS, OPTIMIZERS, default_contenders  # noqa: E402
 from benchmarks.report import best_rows, finish, format_table, summarize  # noqa: E402
 from benchmarks.runner import run_configs  # noqa: E402
-from benchmarks.time_to_target import TARGET_EPOCH, TIMEOUT, TOOLS, WINDOWS, seed_list, window_list  # noqa: E402
+from benchmarks.end_to_end import STEPS  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -72,8 +71,7 @@ def parse_args(argv=None):
                         help="N values of the memory sweep ('' skips it)")
     parser.add_argument("--sweep-net", default="wide", choices=sorted(NETS))
     parser.add_argument("--device-target", default="CPU", choices=("CPU", "GPU", "Ascend"))
-    parser.add_argument("--timeout", type=positive(float), default=None,
-                        help=f"seconds before a worker is killed (default 300; --time-to-target: {TIMEOUT} a run)")
+    parser.add_argument("--timeout", type=positive(float), default=300, help="seconds before a worker is killed")
     parser.add_argument("--json", help="write every run and the summary to this path")
     parser.add_argument("--plot", help="write a PNG (needs matplotlib) to this path")
     parser.add_argument("--end-to-end", action="store_true",
@@ -83,30 +81,16 @@ def parse_args(argv=None):
     parser.add_argument("--epochs", type=positive(int), default=6,
                         help="with --end-to-end: epochs per worker, the first (compile) reported apart")
     parser.add_argument("--data-dir", default=None, metavar="DIR",
-                        help="with --end-to-end or --time-to-target: MNIST's train/ and test/ "
-                             "(default: train_mnist.py's --synthetic set)")
+                        help="with --end-to-end: MNIST's train/ and test/ (default: train_mnist.py's --synthetic set)")
     parser.add_argument("--paired", action="store_true",
                         help="time the --contenders (graph mode, blocking runtime) in one process per net, "
                              "block by block in turn, each against the first: for ratios within a few percent")
-    parser.add_argument("--time-to-target", action="store_true",
-                        help="train each tool (--synthetic, the scale rules' regime) at N = 1, the fixed --windows "
-                             "without and with the rule, noise and auto, per --seeds; report the training seconds "
-                             "to N = 1's validation loss after --target-epoch epochs (docs/batch-size.md), then stop")
-    parser.add_argument("--tools", default=",".join(TOOLS), type=name_list(TOOLS),
-                        help="with --time-to-target or --end-to-end: comma list of " + ", ".join(TOOLS))
-    parser.add_argument("--seeds", default="0,1", type=seed_list, help="with --time-to-target: comma list of seeds")
-    parser.add_argument("--windows", default=",".join(map(str, WINDOWS)), type=window_list,
-                        help="with --time-to-target: comma list of fixed N (1 among them) and noise, auto")
-    parser.add_argument("--target-epoch", type=positive(int), default=TARGET_EPOCH,
-                        help="with --time-to-target: N = 1's epochs; its validation loss then is the target")
-    parser.add_argument("--from-json", default=None, metavar="PATH",
-                        help="with --time-to-target: analyse the runs a --json of an earlier one holds, not train")
+    parser.add_argument("--tools", default=",".join(STEPS), type=name_list(STEPS),
+                        help="with --end-to-end: comma list of " + ", ".join(STEPS))
     parser.add_argument("--quick", action="store_true",
                         help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep "
                              "(--end-to-end: 1 repeat of 3 epochs)")
     args = parser.parse_args(argv)
-    if args.timeout is None:
-        args.timeout = TIMEOUT if args.time_to_target else 300
     if args.accumulate is None:
         args.accumulate = 2 if args.end_to_end else 8
     if args.paired and len(args.contenders) < 2:
@@ -129,10 +113,6 @@ def main(argv=None):
         0
     """
     args = parse_args(argv)
-    if args.time_to_target:
-        from benchmarks.time_to_target import report
-        return report(args.tools, args.seeds, args.windows, args.target_epoch, args.data_dir, args.timeout, args.json,
-                      vars(args), args.plot, args.from_json)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,

@@ -4,6 +4,7 @@ import pytest
 from benchmarks.plot import plot
 
 
+@pytest.mark.slow  # the lab's plot: CI draws it
 def test_plot_writes_bars_and_the_memory_sweep(tmp_path):
     pytest.importorskip("matplotlib")
     speed = dict(kind="speed", net="wide", mode="graph", contender="accumulator", samples_per_s=640.0)

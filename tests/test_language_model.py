@@ -353,6 +353,7 @@ def test_bucketed_lengths_compile_once_per_bucket_and_dynamic_shapes_once():
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # counts compiles: a speed property, CI sees a recompile
 def test_window_step_compiles_once_per_window_length():
     net = make_lm()
     accumulator = Accumulator(OPTIMIZERS["nn.SGD"](net.trainable_params()), accumulate_step=2)

@@ -84,7 +84,7 @@ def test_adascale_gain_is_one_before_any_estimate():
     assert rule.record() == pytest.approx({"lr": 0.1, "progress": 1.0})
 
 
-@pytest.mark.parametrize("adam", [optim.Adam, optim.AdamW])
+@pytest.mark.parametrize("adam", sweep([optim.Adam, optim.AdamW]))
 def test_the_updates_run_with_the_scaled_betas(adam):
     net = dense()
     accumulator = Accumulator(adam(net.trainable_params(), lr=0.01), 8)

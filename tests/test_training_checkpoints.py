@@ -31,12 +31,12 @@ def test_checkpoints_are_found_newest_epoch_first(tmp_path):
 def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(synthetic_mnist_dir, tmp_path,
                                                                              train_mnist_run, monkeypatch, capsys):
     # Adam, so its moments and step count must come back too; shuffled, so the
-    # resumed epoch must reproduce the order of epoch 2.
-    flags = dict(optimizer="adam", lr=1e-3, batch_size=32, accumulate_step=3)
+    # resumed epoch must reproduce the order of epoch 2. PyNative, which compiles nothing: the files, the data order
+    # and the state saved are the same in either mode (tests/test_state.py resumes compiled steps bit for bit).
+    flags = dict(optimizer="adam", lr=1e-3, batch_size=32, accumulate_step=3, mode="pynative")
     straight = str(tmp_path / "straight")
     _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=straight, **flags)
 
-    # A stop and a failed save leave the same files in either mode: PyNative, which compiles nothing.
     # SIGTERM during epoch 1's write takes effect once the file is whole.
     stopped = str(tmp_path / "stopped")
     real_save = ms.save_checkpoint
@@ -47,7 +47,7 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
 
     with monkeypatch.context() as patch, pytest.raises(Interrupted) as caught, signals_raise_interrupted():
         patch.setattr(ms, "save_checkpoint", save_while_a_signal_comes)
-        train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=stopped, mode="pynative", **flags)
+        train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=stopped, **flags)
     assert caught.value.name == "SIGTERM"
     assert os.listdir(stopped) == ["epoch_001.ckpt"]  # written whole, then the run stopped
     assert int(ms.load_checkpoint(os.path.join(stopped, "epoch_001.ckpt"))["epoch"].asnumpy()) == 1
@@ -61,7 +61,7 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
     with monkeypatch.context() as patch:
         patch.setattr(ms, "save_checkpoint", crash)
         with pytest.raises(TrainingError) as caught:
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=stopped, resume=True, mode="pynative", **flags)
+            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=stopped, resume=True, **flags)
     assert "could not write checkpoint" in str(caught.value) and "epoch_001.ckpt is intact" in str(caught.value)
     assert os.listdir(stopped) == ["epoch_001.ckpt"]
     capsys.readouterr()
