@@ -10,7 +10,7 @@ size's peak against the budget, its samples/s over the fastest size that fits,
 and the planning time over the fixed run's. Run it on an idle machine.
 
 Example:
-    python scripts/memory_sweep.py mnist --batch-size 4096 --memory-budget 720MiB --tool-flags=--synthetic
+    python scripts/memory_sweep.py lm --batch-size 40 --memory-budget 1450MiB --tool-flags=--synthetic
 """
 import argparse
 import json
