@@ -83,7 +83,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=16,
                                   accumulate_step=1)
-    saved = ms.load_checkpoint(str(msrun_folder / "ckpt" / "epoch_001.ckpt"))
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
     assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
