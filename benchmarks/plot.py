@@ -1,4 +1,4 @@
-"""The benchmarks' figures: throughput and peak memory against effective batch; end-to-end bars; time to target."""
+"""The benchmarks' figures: throughput and peak memory against effective batch; the end-to-end bars."""
 import sys
 
 from benchmarks.configs import SWEPT
