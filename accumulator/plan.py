@@ -2,20 +2,25 @@
 
 ``plan_micro_batch`` runs your step for candidate micro-batch sizes and
 reads its peak memory: on a CPU the peak resident memory (VmHWM) of a child
-process (``spawn`` context), reset between sizes and replaced after a size
-that does not fit, so that such a size kills a child, never your run; on GPU or Ascend the
+process (``spawn`` context), watched while it runs and stopped the moment
+it passes the budget, reset between sizes and replaced after a size that
+does not fit, so that such a size costs a child, never your run; on GPU or Ascend the
 device's peak (``mindspore.runtime``), in this process (unverified: no such
-device ran it). It fits the peak as ``a + b * size`` from the two smallest
-sizes, runs no size the fit puts over the budget, measures the largest it
-keeps under and the one below, then takes, of the sizes that fit with
-``margin`` of the budget kept free, the one with the most samples per second
-measured in the same probes. ``choose_micro_batch`` is the search over any
-``measure(size) -> Probe``. docs/memory-plan.md.
+device ran it). It goes down from the largest size (the cheapest probe:
+fewest micro-steps a window) to the largest that fits, and once two peaks
+are measured a line ``a + b * size`` through them skips the sizes it puts
+over the budget. Below the largest that fits it measures the next size,
+and the next while the smaller is clearly faster; of the sizes that fit
+with ``margin`` of the budget kept free it takes the fastest, sizes
+within the measured noise counting as tied and going to the larger.
+``choose_micro_batch`` is the search over any ``measure(size) -> Probe``.
+docs/memory-plan.md.
 """
 import ctypes
 import dataclasses
 import gc
 import multiprocessing
+import os
 import pickle
 import re
 import resource
@@ -30,12 +35,22 @@ from accumulator.checks import positive_int
 BUDGET_FRACTION = 0.8
 # The share of the budget a chosen size leaves free: a probe's few micro-steps are not a whole run.
 MARGIN = 0.1
-# Micro-steps timed per probe, after one that compiles, and the least time they take: a few steps of a
-# millisecond are all noise, and a second is little beside the compile.
+# Calls timed per probe, each on its own, after one that compiles, and the least time they take together: a
+# few calls of a millisecond are all noise (docs/memory-plan.md#planning-cost).
 PROBE_STEPS = 5
-PROBE_SECONDS = 1.0
+PROBE_SECONDS = 0.25
+# Two sizes' samples/s closer than this share of the faster (or than either's spread over its calls) are tied,
+# and the larger is taken: fewer launches a window (docs/memory-plan.md#how-it-measures-and-chooses).
+SPEED_TOLERANCE = 0.03
+# How often the parent reads a probe child's resident memory, in seconds: what the child allocates in that
+# time is how far it may pass the budget before it is stopped, far less than the margin.
+WATCH_SECONDS = 0.005
 # A probe's outcome when the size did not fit: a child killed by a signal (as the OOM killer does), or a device error.
 OUT_OF_MEMORY = "out of memory"
+# A probe's outcome when its child passed the budget and the parent stopped it (docs/memory-plan.md#planning-cost).
+OVER_BUDGET = "over the budget"
+# A probe's outcome when the line through the measured peaks put it over the budget: ``peak`` is the prediction.
+NOT_RUN = "not run"
 _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
@@ -118,8 +133,13 @@ class Probe:
     """One candidate micro-batch: its measured peak memory (bytes) and samples per second, or why it has none.
 
     ``outcome`` is ``"measured"``, ``"out of memory ..."`` (the child was killed
-    by a signal, as the OOM killer does, named after it), ``"not run"`` (the fit put it over
-    the budget: ``peak`` is the prediction) or another failure's text.
+    by a signal, as the OOM killer does, named after it), ``"over the budget
+    (stopped at ...)"`` (the child passed the budget and was stopped: ``peak``
+    is what it held then, less than its need), ``"not run"`` (the line put it
+    over the budget: ``peak`` is the prediction) or another failure's text.
+    ``samples_per_second`` is the median over the timed calls, ``spread``
+    half their range (samples/s); ``seconds`` is what the probe cost, a child's
+    start included (None where not counted).
 
     Example:
         >>> Probe(8, peak=2 ** 30, samples_per_second=100.0).outcome
@@ -129,6 +149,8 @@ class Probe:
     peak: Optional[int] = None
     samples_per_second: Optional[float] = None
     outcome: str = "measured"
+    spread: Optional[float] = None
+    seconds: Optional[float] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,31 +186,36 @@ class MemoryPlan:
                                                                    * (self.accumulate_step - 1)]
 
     def table(self):
-        """The probes as a small table: size, peak memory, samples/s, and which was chosen.
+        """The probes as a small table: size, peak memory, samples/s and its spread, the probe's seconds, the choice.
 
         Example:
             >>> plan = MemoryPlan(batch=16, micro_batch=8, budget=2 ** 30, margin=0.1,
-            ...                   probes=(Probe(8, 2 ** 28, 50.0), Probe(16, 2 ** 30, None, "not run")))
+            ...                   probes=(Probe(8, 2 ** 28, 50.0, spread=2.0, seconds=1.5),
+            ...                           Probe(16, 2 ** 30, None, "not run")))
             >>> print(plan.table())
-            micro-batch  peak memory  samples/s  chosen
-                      8    256.0 MiB         50  <- 8 x 2 = 16 per update
-                     16     1.00 GiB          -  not run (the fit's prediction)
-            budget 1.00 GiB, 10% kept free
+            micro-batch  peak memory    samples/s  probe s  chosen
+                      8    256.0 MiB       50 ± 2      1.5  <- 8 x 2 = 16 per update
+                     16     1.00 GiB            -        -  not run (the line's prediction)
+            budget 1.00 GiB, 10% kept free; the probes took 1.5 s
         """
-        lines = [f"{'micro-batch':>11}  {'peak memory':>11}  {'samples/s':>9}  chosen"]
+        lines = [f"{'micro-batch':>11}  {'peak memory':>11}  {'samples/s':>11}  {'probe s':>7}  chosen"]
         for probe in self.probes:
             peak = "-" if probe.peak is None else format_size(probe.peak)
-            speed = "-" if probe.samples_per_second is None else f"{probe.samples_per_second:,.0f}"
+            speed = "-" if probe.samples_per_second is None else f"{probe.samples_per_second:,.0f}" + (
+                "" if probe.spread is None else f" ± {probe.spread:,.0f}")
+            seconds = "-" if probe.seconds is None else f"{probe.seconds:.1f}"
             if probe.size == self.micro_batch:
                 note = f"<- {' + '.join(map(str, self.micro_batches))} = {self.batch} per update" \
                     if self.batch % self.micro_batch else f"<- {self.micro_batch} x {self.accumulate_step} = " \
                                                             f"{self.batch} per update"
-            elif probe.outcome == "not run":
-                note = "not run (the fit's prediction)"
+            elif probe.outcome == NOT_RUN:
+                note = f"{NOT_RUN} (the line's prediction)"
             else:
                 note = "" if probe.outcome == "measured" else probe.outcome
-            lines.append(f"{probe.size:>11}  {peak:>11}  {speed:>9}  {note}".rstrip())
-        lines.append(f"budget {format_size(self.budget)}, {self.margin:.0%} kept free")
+            lines.append(f"{probe.size:>11}  {peak:>11}  {speed:>11}  {seconds:>7}  {note}".rstrip())
+        took = sum(probe.seconds for probe in self.probes if probe.seconds is not None)
+        lines.append(f"budget {format_size(self.budget)}, {self.margin:.0%} kept free"
+                     + (f"; the probes took {took:.1f} s" if took else ""))
         return "\n".join(lines)
 
     def record(self):
@@ -227,69 +254,98 @@ def _predict(probes, size):
     return round(mean_peak + slope * (size - mean_size))
 
 
+def _sizes(batch, candidates):
+    """The candidates up to ``batch``, largest first; ``PlanError`` when the batch is below all of them."""
+    positive_int(batch, "batch")
+    sizes = sorted(set(default_candidates(batch) if candidates is None else
+                       [positive_int(size, "candidates") for size in candidates]), reverse=True)
+    if sizes[-1] > batch:
+        raise PlanError(f"the batch per update of {batch} is smaller than one micro-batch: the smallest candidate "
+                        f"is {sizes[-1]}")
+    return [size for size in sizes if size <= batch]
+
+
+def _tied(one, other):
+    """Whether two probes' samples/s differ by less than ``SPEED_TOLERANCE`` of the faster or either's spread."""
+    faster = max(one.samples_per_second, other.samples_per_second)
+    noise = max(SPEED_TOLERANCE * faster, one.spread or 0.0, other.spread or 0.0)
+    return abs(one.samples_per_second - other.samples_per_second) <= noise
+
+
+def _need(probe, margin):
+    """What the smallest size needs, for the error when nothing fits: its peak, or how far it got."""
+    if probe.outcome == "measured":
+        return f"peaks at {format_size(probe.peak)}, so it needs a budget of {format_size(probe.peak / (1 - margin))}"
+    if probe.outcome.startswith(OVER_BUDGET):
+        return f"passed {format_size(probe.peak)} when it was stopped, so it needs a budget of more than " \
+               f"{format_size(probe.peak / (1 - margin))}"
+    return probe.outcome
+
+
 def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
     """The ``MemoryPlan`` for ``batch`` samples per update from ``measure(size) -> Probe``, few sizes measured.
 
-    A size fits when its peak is at most ``(1 - margin) * budget``. The two
-    smallest candidates are measured first: they fix a line ``a + b * size``
-    through the peaks. Then, from the largest size the line keeps under the
-    budget downwards, sizes are measured until one fits, and the one below
-    it too, for speed; the line is fitted again to every peak measured, and
-    a size it puts over the budget is never run (a ``"not run"`` probe holds
-    the smallest such from the first line, with the prediction). Each
-    probe costs a compile, so the sizes in between are not measured. Of the
-    sizes that fit, the fastest is chosen. Raises ``PlanError`` when the batch
+    A size fits when its peak is at most ``(1 - margin) * budget``. The
+    sizes are tried from the largest down (a large micro-batch is the
+    cheapest window to run: fewest micro-steps) until one fits; a size over
+    the budget, out of memory or stopped, sends the search to the next. Once
+    two peaks are measured, a line ``a + b * size`` through them (fitted
+    again to every peak measured) skips the sizes it puts over the budget: a
+    ``"not run"`` probe holds the prediction (the smallest candidate always
+    runs, so that an error names a measured need). Below the largest size
+    that fits, the next one runs for speed, and the next while the newest
+    is faster than the one above it by more than the noise. Of the sizes
+    that fit, the fastest is chosen; a larger one within the noise of it
+    (``SPEED_TOLERANCE`` of its samples/s, or either's ``spread``) is tied
+    and taken instead: fewer launches. Raises ``PlanError`` when the batch
     is smaller than every candidate, when a size fails for another reason
     than memory (with that reason), or when none fits (naming what the
     smallest needs).
 
     Example: a step that needs 100 MiB plus 10 MiB a sample, and is fastest at 8.
         >>> def measure(size):
-        ...     return Probe(size, (100 + 10 * size) * 2 ** 20, {1: 10.0, 2: 19.0, 8: 60.0, 16: 55.0}[size])
-        >>> plan = choose_micro_batch(measure, 64, budget=400 * 2 ** 20)
-        >>> plan.micro_batch, [probe.size for probe in plan.probes], plan.probes[-1].outcome
-        (8, [1, 2, 8, 16, 32], 'not run')
+        ...     speed = {4: 45.0, 8: 60.0, 16: 55.0, 32: 50.0, 48: 40.0, 64: 30.0}[size]
+        ...     return Probe(size, (100 + 10 * size) * 2 ** 20, speed)
+        >>> plan = choose_micro_batch(measure, 64, budget=400 * 2 ** 20, candidates=[4, 8, 16, 32, 48, 64])
+        >>> plan.micro_batch, [(probe.size, probe.outcome) for probe in plan.probes]
+        (8, [(4, 'measured'), (8, 'measured'), (16, 'measured'), (32, 'not run'), (48, 'measured'), (64, 'measured')])
+
+    64 and 48 run over the budget (a device reports their peaks; a CPU child
+    would be stopped); the line through them puts 32 at 420 MiB, over 360:
+    not run. 16 fits, 8 below it is faster, 4 is not: 8.
     """
-    positive_int(batch, "batch")
-    candidates = sorted(set(default_candidates(batch) if candidates is None else
-                            [positive_int(size, "candidates") for size in candidates]))
+    sizes = _sizes(batch, candidates)
     if not 0 <= margin < 1:
         raise ValueError(f"margin must be in [0, 1), got {margin!r}")
-    if candidates[0] > batch:
-        raise PlanError(f"the batch per update of {batch} is smaller than one micro-batch: the smallest candidate "
-                        f"is {candidates[0]}")
     usable = budget * (1 - margin)
-    sizes = [size for size in candidates if size <= batch]
     probes = []
 
     def fits(size):
         probe = measure(size)
         probes.append(probe)
-        if probe.outcome != "measured" and not probe.outcome.startswith(OUT_OF_MEMORY):
+        if probe.outcome != "measured" and not probe.outcome.startswith((OUT_OF_MEMORY, OVER_BUDGET)):
             raise PlanError(f"micro-batch {size} failed, not for memory: {probe.outcome}")
         return probe.outcome == "measured" and probe.peak <= usable
 
-    if all(fits(size) for size in sizes[:2]):
-        predicted = {size: _predict(probes, size) for size in sizes[2:]}
-        over = [size for size in sizes[2:] if predicted[size] > usable]
-        if over:
-            probes.append(Probe(over[0], predicted[over[0]], None, "not run"))
-        under = [size for size in sizes[2:] if predicted[size] <= usable]
-        for index in reversed(range(len(under))):
-            # The line through every peak so far: a size measured over the budget corrects it.
-            if _predict(probes, under[index]) <= usable and fits(under[index]):
-                if index:  # the size below, for speed: the largest that fits is not always the fastest
-                    fits(under[index - 1])
-                break
+    for index, size in enumerate(sizes):
+        predicted = _predict(probes, size)
+        if predicted is not None and predicted > usable and size != sizes[-1]:
+            probes.append(Probe(size, predicted, None, NOT_RUN))
+        elif fits(size):
+            above = probes[-1]
+            for smaller in sizes[index + 1:]:  # for speed: the largest that fits is not always the fastest
+                if not fits(smaller) or _tied(probes[-1], above) or probes[-1].samples_per_second < \
+                        above.samples_per_second:
+                    break
+                above = probes[-1]
+            break
     probes.sort(key=lambda probe: probe.size)
     fitting = [probe for probe in probes if probe.outcome == "measured" and probe.peak <= usable]
     if not fitting:
-        smallest = probes[0]
-        need = smallest.outcome if smallest.peak is None else f"peaks at {format_size(smallest.peak)}, so it needs " \
-            f"a budget of {format_size(smallest.peak / (1 - margin))}"
         raise PlanError(f"a memory budget of {format_size(budget)} is below the smallest micro-batch's need: "
-                        f"micro-batch {smallest.size} {need} ({margin:.0%} kept free)")
-    chosen = max(fitting, key=lambda probe: probe.samples_per_second)
+                        f"micro-batch {probes[0].size} {_need(probes[0], margin)} ({margin:.0%} kept free)")
+    fastest = max(fitting, key=lambda probe: probe.samples_per_second)
+    chosen = max((probe for probe in fitting if _tied(probe, fastest)), key=lambda probe: probe.size)
     return MemoryPlan(batch, chosen.size, int(budget), margin, tuple(probes))
 
 
@@ -301,14 +357,23 @@ def _wait(result):
 
 
 def _run_step(make_step, size, args, steps):
-    """``(calls timed, their seconds)`` after one that compiles: at least ``steps`` calls and ``PROBE_SECONDS``."""
+    """Each call's seconds, timed one by one after one that compiles: at least ``steps`` and ``PROBE_SECONDS``."""
     step = make_step(size, *args)
     _wait(step())
-    started, done = time.perf_counter(), 0
-    while done < steps or time.perf_counter() - started < PROBE_SECONDS:
+    seconds = []
+    while len(seconds) < steps or sum(seconds) < PROBE_SECONDS:
+        started = time.perf_counter()
         _wait(step())
-        done += 1
-    return done, time.perf_counter() - started
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def _speed(samples, seconds):
+    """``(median samples/s, half the range)`` over calls of ``samples`` each that took ``seconds``."""
+    rates = sorted(samples / max(call, 1e-9) for call in seconds)
+    middle = len(rates) // 2
+    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    return median, (rates[-1] - rates[0]) / 2
 
 
 def _release():
@@ -356,11 +421,11 @@ def _serve(connection, make_step, args, steps):
             return
         size, samples = request
         try:
-            done, seconds = _run_step(make_step, size, args, steps)
-            measured = ("measured", peak_resident(), samples * done / seconds)
+            seconds = _run_step(make_step, size, args, steps)
+            measured = ("measured", peak_resident(), *_speed(samples, seconds))
         except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
             first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
-            connection.send((f"{type(error).__name__}: {first_line}", None, None, False))
+            connection.send((f"{type(error).__name__}: {first_line}", None, None, None, False))
             return
         _release()
         reusable = _reset_peak()
@@ -369,18 +434,29 @@ def _serve(connection, make_step, args, steps):
             return
 
 
+def _resident(pid):
+    """Process ``pid``'s resident memory now, in bytes (``/proc/<pid>/statm``); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ProbeChild:
     """A child process (``spawn`` context) that measures ``make_step``'s step at one size after another.
 
     ``measure(size)`` sends a size and returns its ``Probe``: the child builds
     ``make_step(size, *args)``, runs it once to compile, times at least
-    ``steps`` calls and ``PROBE_SECONDS``, and reports its peak resident
+    ``steps`` calls and ``PROBE_SECONDS``, each on its own, and reports its peak resident
     memory, reset (``/proc/self/clear_refs``) after each size, so a size after
     the first also counts what the child still holds from the ones before:
     more than a fresh run would hold, not less (docs/memory-plan.md#planning-cost).
-    A child killed by a signal (the OOM killer's SIGKILL) is ``"out of memory
-    (killed by SIGKILL)"``; an exception is its type and the first line of its
-    text. Either ends the child, as does a peak it cannot reset: ``alive`` is
+    With a ``limit`` in bytes the parent reads the child's resident memory
+    every ``WATCH_SECONDS`` while it runs and kills it the moment it passes:
+    ``"over the budget (stopped at ...)"``. A child killed by another's signal (the OOM killer's SIGKILL) is
+    ``"out of memory (killed by SIGKILL)"``; an exception is its type and the first line of its
+    text. Each ends the child, as does a peak it cannot reset: ``alive`` is
     then False. ``close()`` ends it.
 
     Example:
@@ -388,6 +464,10 @@ class ProbeChild:
         ...     first, second = child.measure(8), child.measure(4)
         ...     first.outcome, second.outcome, child.alive, first.peak > 8 * 2 ** 20
         ('measured', 'measured', True, True)
+        >>> with ProbeChild(touch_memory, args=(2 ** 30,), steps=1) as child:
+        ...     over = child.measure(2, limit=first.peak + 2 ** 29)
+        ...     over.outcome.startswith("over the budget (stopped at "), over.peak > first.peak, child.alive
+        (True, True, False)
     """
 
     def __init__(self, make_step, args=(), steps=PROBE_STEPS):
@@ -403,22 +483,38 @@ class ProbeChild:
         """Whether the child can measure another size."""
         return not self._connection.closed and self._process.is_alive()
 
-    def measure(self, size, samples=None):
-        """The ``Probe`` of ``size``; ``samples`` is what one call of the step trains (None: ``size``)."""
-        self._busy = True
+    def measure(self, size, samples=None, limit=None):
+        """The ``Probe`` of ``size``; ``samples`` is what one call of the step trains (None: ``size``).
+
+        ``limit``: the resident bytes past which the child is stopped (None: not watched).
+        """
+        started, self._busy = time.perf_counter(), True
         try:
             self._connection.send((size, samples or size))
-            outcome, peak, speed, reusable = self._connection.recv()
+            stopped_at = self._watch(limit)
+            answer = (None, None, None, None, False) if stopped_at else self._connection.recv()
         except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
-            outcome, peak, speed, reusable = None, None, None, False
+            stopped_at, answer = None, (None, None, None, None, False)
+        outcome, peak, speed, spread, reusable = answer
         self._busy = False
         if not reusable:
             self.close()
-        if outcome is None:
+        if stopped_at:
+            outcome, peak = f"{OVER_BUDGET} (stopped at {format_size(stopped_at)})", stopped_at
+        elif outcome is None:
             code = self._process.exitcode
             outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
                 f"the child exited with status {code} and no error"
-        return Probe(size, peak, speed, outcome)
+        return Probe(size, peak, speed, outcome, spread, time.perf_counter() - started)
+
+    def _watch(self, limit):
+        """Waits for the child's answer; kills it and returns its resident bytes if it passes ``limit`` first."""
+        while not self._connection.poll(None if limit is None else WATCH_SECONDS):
+            held = _resident(self._process.pid)
+            if held is not None and held > limit:
+                self._process.kill()
+                return held
+        return None
 
     def close(self):
         """Ends the child: asks it to stop, or kills it if it is still running a size (an interrupt)."""
@@ -466,12 +562,14 @@ def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS, samples=None
     """
     import mindspore as ms
     ms.runtime.reset_max_memory_allocated()
+    started = time.perf_counter()
     try:
-        done, seconds = _run_step(make_step, size, args, steps)
+        seconds = _run_step(make_step, size, args, steps)
     except (RuntimeError, MemoryError) as error:
         return Probe(size, outcome=OUT_OF_MEMORY if "memory" in str(error).lower()
                      else f"{type(error).__name__}: {error}")
-    return Probe(size, int(ms.runtime.max_memory_allocated()), (samples or size) * done / seconds)
+    speed, spread = _speed(samples or size, seconds)
+    return Probe(size, int(ms.runtime.max_memory_allocated()), speed, "measured", spread, time.perf_counter() - started)
 
 
 def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidates=None, margin=MARGIN,
@@ -482,14 +580,16 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
     of ``size`` samples and returns ``step()``, which runs one micro-step
     (forward, backward, accumulate) on a micro-batch it holds. On a CPU it
     runs in a ``ProbeChild``, one for the sizes that fit and a new one after
-    a size that does not: ``make_step`` must be a top-level function of a
+    a size that does not, stopped the moment its resident memory passes the
+    budget less its margin (all but the smallest size: an error names what
+    that one needs): ``make_step`` must be a top-level function of a
     module the child can import, and ``args`` picklable.
     ``memory_budget`` is bytes or a size such as ``"6GiB"``; None takes
     ``default_budget(device)``. With ``window=True``, ``step()`` trains a
     whole window instead: ``ceil(batch / size)`` micro-batches and their
     update, as your loop will (its stacked inputs and update then count in
     the peak; docs/memory-plan.md#your-step). Each size is timed over at
-    least ``steps`` calls and ``PROBE_SECONDS``. ``device`` is MindSpore's
+    least ``steps`` calls and ``PROBE_SECONDS``, each on its own. ``device`` is MindSpore's
     device target (None: the context's). See ``choose_micro_batch`` for the choice.
 
     Example: a step that holds 1 MiB a sample, within a budget it cannot pass.
@@ -514,12 +614,12 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
         except (pickle.PicklingError, AttributeError, TypeError) as error:
             raise PlanError(f"make_step must be a top-level function of an importable module, and args picklable: "
                             f"each size runs in a child process that imports them ({error})") from None
-        usable, children = budget * (1 - margin), []
+        usable, smallest, children = budget * (1 - margin), _sizes(batch, candidates)[-1], []
 
         def measure(size):  # one child while sizes fit (docs/memory-plan.md#planning-cost)
             if not children or not children[-1].alive:
                 children.append(ProbeChild(make_step, args, steps))
-            probe = children[-1].measure(size, batch if window else size)
+            probe = children[-1].measure(size, batch if window else size, None if size == smallest else usable)
             if probe.outcome == "measured" and probe.peak > usable:
                 children[-1].close()  # what it still holds would count in the next, smaller size's peak
             return probe

@@ -21,50 +21,53 @@ def linear(base, per_sample, speeds=None, calls=None):
 
 
 def test_the_largest_size_under_the_budget_with_its_margin_when_speed_grows_with_size():
-    # 100 MiB + 10 MiB a sample; 90% of 400 MiB is 360 MiB: 16 needs 260, 32 would need 420.
-    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB), 64, budget=400 * MIB, candidates=[4, 8, 16, 32, 64])
+    # 100 MiB + 10 MiB a sample; 90% of 400 MiB is 360 MiB: 16 needs 260, 32 needs 420.
+    calls = []
+    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 64, budget=400 * MIB,
+                              candidates=[4, 8, 16, 32, 64])
     assert (plan.micro_batch, plan.accumulate_step) == (16, 4)
-    assert plan.probes[-1].size == 32
+    assert calls == [64, 32, 16, 8]  # from the largest down; 8 for speed, slower: 4 never runs
 
 
 def test_the_fastest_size_that_fits_not_the_largest():
+    # Each size below is faster than the one above until 1: the search follows them down.
     speeds = {1: 10.0, 2: 30.0, 4: 25.0, 8: 20.0}
     plan = choose_micro_batch(linear(0, MIB, speeds), 8, budget=100 * MIB)
     assert plan.micro_batch == 2
     assert [probe.size for probe in plan.probes] == [1, 2, 4, 8]
 
 
-def test_the_line_through_the_two_smallest_jumps_to_the_largest_size_it_keeps_under_the_budget():
+def test_the_line_through_two_measured_peaks_skips_the_sizes_it_puts_over_the_budget():
     calls = []
-    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 64, budget=400 * MIB)
-    assert calls == [1, 2, 16, 8]  # 16 at 260 MiB fits, and 8 for speed; 32 predicted at 420 MiB > 360: never run
-    skipped = plan.probes[-1]
-    assert (skipped.size, skipped.outcome, skipped.peak) == (32, "not run", 420 * MIB)
-    assert plan.micro_batch == 16
+    plan = choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 64, budget=400 * MIB,
+                              candidates=[8, 16, 32, 48, 64])
+    # 64 and 48 are measured over (a device reports such peaks): the line puts 32 at 420 MiB > 360.
+    assert calls == [64, 48, 16, 8] and plan.micro_batch == 16
+    skipped = [probe for probe in plan.probes if probe.size == 32]
+    assert [(probe.outcome, probe.peak) for probe in skipped] == [("not run", 420 * MIB)]
 
 
-def test_a_size_the_line_misjudged_corrects_the_line_and_the_search_steps_down():
+def test_the_line_never_skips_the_smallest_size_so_the_error_names_a_measured_need():
     calls = []
+    with pytest.raises(PlanError, match=r"below the smallest micro-batch's need: micro-batch 1 peaks at 110\.0 MiB, "
+                                        r"so it needs a budget of 122\.2 MiB \(10% kept free\)"):
+        choose_micro_batch(linear(100 * MIB, 10 * MIB, calls=calls), 8, budget=50 * MIB)
+    assert calls == [8, 4, 1]  # the line through 8 and 4 puts 2 over: not run
 
-    def measure(size):  # flat at first, then steep: the two smallest show no growth
-        calls.append(size)
-        return Probe(size, (100 + max(0, size - 4) * 10) * MIB, float(size))
-    plan = choose_micro_batch(measure, 64, budget=400 * MIB, candidates=[1, 2, 8, 16, 32, 64])
-    # The flat line sends the search to 64: 700 MiB, over. The line through it puts 32 at about 393 MiB,
-    # over 360: never run. 16 (220 MiB) fits, and 8, below it, runs for speed.
-    assert calls == [1, 2, 64, 16, 8] and plan.micro_batch == 16
+
+def test_sizes_within_the_noise_are_tied_and_the_larger_is_taken():
+    def speeds(table, spread=None):
+        return lambda size: Probe(size, MIB, table[size], spread=spread)
+    assert choose_micro_batch(speeds({1: 5.0, 2: 100.0, 4: 102.0, 8: 100.0}), 8, GIB).micro_batch == 8  # within 3%
+    assert choose_micro_batch(speeds({1: 5.0, 2: 100.0, 4: 110.0, 8: 100.0}), 8, GIB).micro_batch == 4
+    # The same 10% apart, but each size's calls spread 12 samples/s either way: not told apart, so the larger.
+    assert choose_micro_batch(speeds({1: 5.0, 2: 100.0, 4: 110.0, 8: 100.0}, spread=12.0), 8, GIB).micro_batch == 8
 
 
 def test_an_uneven_batch_ends_on_a_smaller_micro_batch_that_completes_it():
     plan = choose_micro_batch(linear(0, MIB), 20, budget=10 * MIB, candidates=[4, 8, 16])
     assert plan.micro_batch == 8 and plan.micro_batches == [8, 8, 4] and sum(plan.micro_batches) == 20
     assert "8 + 8 + 4 = 20 per update" in plan.table()
-
-
-def test_a_budget_below_the_smallest_need_names_that_need():
-    with pytest.raises(PlanError, match=r"below the smallest micro-batch's need: micro-batch 1 peaks at 110\.0 MiB, "
-                                        r"so it needs a budget of 122\.2 MiB"):
-        choose_micro_batch(linear(100 * MIB, 10 * MIB), 8, budget=50 * MIB)
 
 
 def test_a_batch_smaller_than_one_micro_batch_says_so():
@@ -81,16 +84,25 @@ def test_a_failure_that_is_not_memory_reports_its_reason():
         choose_micro_batch(measure, 8, budget=GIB)
 
 
-
-def test_out_of_memory_steps_down_and_the_sizes_that_fit_are_chosen_from():
+@pytest.mark.parametrize("outcome", ["out of memory (killed by SIGKILL)", "over the budget (stopped at 1.00 GiB)"])
+def test_out_of_memory_or_stopped_over_the_budget_steps_down_to_the_sizes_that_fit(outcome):
     calls = []
 
     def measure(size):
         calls.append(size)
-        return Probe(size, outcome="out of memory (killed by SIGKILL)") if size >= 4 else linear(0, MIB)(size)
+        return Probe(size, None if outcome.startswith("out") else GIB, outcome=outcome) if size >= 4 \
+            else linear(0, MIB)(size)
     plan = choose_micro_batch(measure, 16, budget=GIB)
-    assert plan.micro_batch == 2 and calls == [1, 2, 16, 8, 4]
-    assert "out of memory (killed by SIGKILL)" in plan.table()
+    assert plan.micro_batch == 2 and calls == [16, 8, 4, 2, 1]
+    assert outcome in plan.table()
+
+
+def test_a_smallest_size_stopped_over_the_budget_names_how_far_it_got():
+    def stopped(size):
+        return Probe(size, 100 * MIB, outcome="over the budget (stopped at 100.0 MiB)")
+    with pytest.raises(PlanError, match=r"micro-batch 1 passed 100\.0 MiB when it was stopped, so it needs a budget "
+                                        r"of more than 111\.1 MiB"):
+        choose_micro_batch(stopped, 4, budget=100 * MIB)
 
 
 def test_sizes_parse_in_binary_units_and_read_back():
@@ -107,8 +119,9 @@ def test_a_step_that_is_not_importable_is_refused_before_any_child():
 
 
 def test_the_plan_records_what_it_measured():
-    plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Probe(4, 5 * MIB, 9.0),))
-    assert plan.record()["probes"] == [{"size": 4, "peak": 5 * MIB, "samples_per_second": 9.0, "outcome": "measured"}]
+    plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Probe(4, 5 * MIB, 9.0, spread=0.5, seconds=2.0),))
+    assert plan.record()["probes"] == [{"size": 4, "peak": 5 * MIB, "samples_per_second": 9.0, "outcome": "measured",
+                                        "spread": 0.5, "seconds": 2.0}]
 
 
 def raise_for(size):
@@ -131,7 +144,8 @@ def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(monkeypatch):
     monkeypatch.setattr("accumulator.plan.ProbeChild", CountedChild)
     plan = plan_micro_batch(touch_memory, 6, peak_resident() + GIB, args=(MIB,), candidates=[2, 3], steps=1)
     assert [(probe.size, probe.outcome) for probe in plan.probes] == [(2, "measured"), (3, "measured")]
-    assert all(probe.peak > probe.size * MIB and probe.samples_per_second > 0 for probe in plan.probes)
+    assert all(probe.peak > probe.size * MIB and probe.samples_per_second > 0 and probe.spread >= 0
+               and probe.seconds > 0 for probe in plan.probes)
     assert (plan.micro_batch, plan.accumulate_step) in [(2, 3), (3, 2)]
     assert len(started) == 1
 
@@ -145,7 +159,9 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample():
     plan = plan_micro_batch(touch_memory, 8, budget, args=(64 * MIB,), candidates=[1, 2, 4], steps=1)
     assert plan.micro_batch in (1, 2)
     assert all(probe.peak <= budget * 0.9 for probe in plan.probes if probe.size == plan.micro_batch)
-    assert plan.probes[-1].size == 4 and plan.probes[-1].peak > budget * 0.9
+    # 4, the first tried, passed the budget: its child was stopped there, and the search went on down.
+    over = plan.probes[-1]
+    assert over.size == 4 and over.outcome.startswith("over the budget (stopped at ") and over.peak > budget * 0.9
 
 
 @pytest.mark.slow
