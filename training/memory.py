@@ -18,9 +18,9 @@ from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
 
-# Windows timed per probe, after the one that compiles: a window is the run's unit, and the planner's
-# PROBE_SECONDS keeps a fast one from being timed alone.
-PROBE_WINDOWS = 1
+# Windows timed per probe, each on its own, after the one that compiles: a window is the run's unit, and
+# several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
+PROBE_WINDOWS = 3
 
 
 def candidate_sizes(batch):
