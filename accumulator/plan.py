@@ -272,6 +272,11 @@ def _tied(one, other):
     return abs(one.samples_per_second - other.samples_per_second) <= noise
 
 
+def _clearly_faster(probe, than):
+    """Whether ``probe`` trains faster than ``than`` by more than the noise (not ``_tied``)."""
+    return probe.samples_per_second > than.samples_per_second and not _tied(probe, than)
+
+
 def _need(probe, margin):
     """What the smallest size needs, for the error when nothing fits: its peak, or how far it got."""
     if probe.outcome == "measured":
@@ -307,8 +312,8 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
         ...     speed = {4: 45.0, 8: 60.0, 16: 55.0, 32: 50.0, 48: 40.0, 64: 30.0}[size]
         ...     return Probe(size, (100 + 10 * size) * 2 ** 20, speed)
         >>> plan = choose_micro_batch(measure, 64, budget=400 * 2 ** 20, candidates=[4, 8, 16, 32, 48, 64])
-        >>> plan.micro_batch, [(probe.size, probe.outcome) for probe in plan.probes]
-        (8, [(4, 'measured'), (8, 'measured'), (16, 'measured'), (32, 'not run'), (48, 'measured'), (64, 'measured')])
+        >>> plan.micro_batch, [probe.size for probe in plan.probes], plan.probes[3].outcome
+        (8, [4, 8, 16, 32, 48, 64], 'not run')
 
     64 and 48 run over the budget (a device reports their peaks; a CPU child
     would be stopped); the line through them puts 32 at 420 MiB, over 360:
@@ -334,8 +339,7 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
         elif fits(size):
             above = probes[-1]
             for smaller in sizes[index + 1:]:  # for speed: the largest that fits is not always the fastest
-                if not fits(smaller) or _tied(probes[-1], above) or probes[-1].samples_per_second < \
-                        above.samples_per_second:
+                if not fits(smaller) or not _clearly_faster(probes[-1], above):
                     break
                 above = probes[-1]
             break

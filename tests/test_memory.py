@@ -72,12 +72,14 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
     summary = train_mnist.main([*common, "--epochs", "1", "--memory-budget", "8GiB", "--log-json", str(log)])
     out = capsys.readouterr().out
-    assert "micro-batch measured for a batch of 16 per update:\nmicro-batch  peak memory  samples/s  chosen\n" in out
+    assert "micro-batch measured for a batch of 16 per update:\nmicro-batch  peak memory    samples/s  probe s  " \
+           "chosen\n" in out
     plan = json.loads(log.read_text())["memory_plan"]
     size = plan["micro_batch"]
     assert size in (4, 8) and [probe["size"] for probe in plan["probes"]] == [4, 8]
     assert f"<- {size} x {16 // size} = 16 per update" in out and plan["budget"] == 8 * 2 ** 30
-    assert all(0 < probe["peak"] < 8 * 2 ** 30 and probe["samples_per_second"] > 0 for probe in plan["probes"])
+    assert all(0 < probe["peak"] < 8 * 2 ** 30 and probe["samples_per_second"] > 0 and probe["seconds"] > 0
+               for probe in plan["probes"])
     assert summary["effective_batch_size"] == 16 and summary["accumulate_step"] == 16 // size
 
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
