@@ -132,8 +132,9 @@ def killed(size):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(monkeypatch):
-    # The fast suite's one probe child (CI's oldest release runs it too); the plan module's child examples are slow.
+@pytest.fixture
+def children_started(monkeypatch):
+    """A list that gains an entry for each ``ProbeChild`` the planner starts."""
     started = []
 
     class CountedChild(ProbeChild):
@@ -142,16 +143,21 @@ def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr("accumulator.plan.ProbeChild", CountedChild)
+    return started
+
+
+def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(children_started):
+    # The fast suite's one probe child (CI's oldest release runs it too); the plan module's child examples are slow.
     plan = plan_micro_batch(touch_memory, 6, peak_resident() + GIB, args=(MIB,), candidates=[2, 3], steps=1)
     assert [(probe.size, probe.outcome) for probe in plan.probes] == [(2, "measured"), (3, "measured")]
     assert all(probe.peak > probe.size * MIB and probe.samples_per_second > 0 and probe.spread >= 0
                and probe.seconds > 0 for probe in plan.probes)
     assert (plan.micro_batch, plan.accumulate_step) in [(2, 3), (3, 2)]
-    assert len(started) == 1
+    assert len(children_started) == 1
 
 
 @pytest.mark.slow
-def test_a_child_measures_the_memory_its_step_holds_per_sample():
+def test_a_child_measures_the_memory_its_step_holds_per_sample(children_started):
     # 64 MiB a sample: the two children's peaks differ by the 3 samples' 192 MiB, give or take the import's noise.
     small, large = (measure_in_child(touch_memory, size, args=(64 * MIB,), steps=1) for size in (1, 4))
     assert abs((large.peak - small.peak) - 192 * MIB) < 32 * MIB
@@ -162,6 +168,7 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample():
     # 4, the first tried, passed the budget: its child was stopped there, and the search went on down.
     over = plan.probes[-1]
     assert over.size == 4 and over.outcome.startswith("over the budget (stopped at ") and over.peak > budget * 0.9
+    assert len(children_started) == 2 + 2  # the two measure_in_child above, then 4's, then one for 2 and 1
 
 
 @pytest.mark.slow
