@@ -139,7 +139,9 @@ class Probe:
     over the budget: ``peak`` is the prediction) or another failure's text.
     ``samples_per_second`` is the median over the timed calls, ``spread``
     half their range (samples/s); ``seconds`` is what the probe cost, a child's
-    start included (None where not counted).
+    start included (None where not counted), and ``phases`` where it went:
+    the child's ``"start"`` (its imports, for its first size), ``"build"``
+    (``make_step``), the ``"first call"`` (its compile) and the ``"timed"`` calls.
 
     Example:
         >>> Probe(8, peak=2 ** 30, samples_per_second=100.0).outcome
@@ -151,6 +153,7 @@ class Probe:
     outcome: str = "measured"
     spread: Optional[float] = None
     seconds: Optional[float] = None
+    phases: Optional[dict] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,15 +364,20 @@ def _wait(result):
 
 
 def _run_step(make_step, size, args, steps):
-    """Each call's seconds, timed one by one after one that compiles: at least ``steps`` and ``PROBE_SECONDS``."""
+    """``(phases, calls)``: each timed call's seconds, at least ``steps`` and ``PROBE_SECONDS`` after one that compiles.
+
+    ``phases`` are the seconds of ``make_step``, of the first call, and of the timed calls together.
+    """
+    started = time.perf_counter()
     step = make_step(size, *args)
+    built = time.perf_counter()
     _wait(step())
-    seconds = []
-    while len(seconds) < steps or sum(seconds) < PROBE_SECONDS:
+    phases, calls = {"build": built - started, "first call": time.perf_counter() - built}, []
+    while len(calls) < steps or sum(calls) < PROBE_SECONDS:
         started = time.perf_counter()
         _wait(step())
-        seconds.append(time.perf_counter() - started)
-    return seconds
+        calls.append(time.perf_counter() - started)
+    return {**phases, "timed": sum(calls)}, calls
 
 
 def _speed(samples, seconds):
@@ -425,11 +433,11 @@ def _serve(connection, make_step, args, steps):
             return
         size, samples = request
         try:
-            seconds = _run_step(make_step, size, args, steps)
-            measured = ("measured", peak_resident(), *_speed(samples, seconds))
+            phases, calls = _run_step(make_step, size, args, steps)
+            measured = ("measured", peak_resident(), *_speed(samples, calls), phases)
         except BaseException as error:  # noqa: B902  (the parent reports it; the child ends here)
             first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # MindSpore's run long
-            connection.send((f"{type(error).__name__}: {first_line}", None, None, None, False))
+            connection.send((f"{type(error).__name__}: {first_line}", None, None, None, None, False))
             return
         _release()
         reusable = _reset_peak()
@@ -496,10 +504,10 @@ class ProbeChild:
         try:
             self._connection.send((size, samples or size))
             stopped_at = self._watch(limit)
-            answer = (None, None, None, None, False) if stopped_at else self._connection.recv()
+            answer = (None,) * 5 + (False,) if stopped_at else self._connection.recv()
         except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
-            stopped_at, answer = None, (None, None, None, None, False)
-        outcome, peak, speed, spread, reusable = answer
+            stopped_at, answer = None, (None,) * 5 + (False,)
+        outcome, peak, speed, spread, phases, reusable = answer
         self._busy = False
         if not reusable:
             self.close()
@@ -509,7 +517,10 @@ class ProbeChild:
             code = self._process.exitcode
             outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
                 f"the child exited with status {code} and no error"
-        return Probe(size, peak, speed, outcome, spread, time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        if phases:  # the rest is the child's start and imports, for the first size it runs
+            phases = {"start": seconds - sum(phases.values()), **phases}
+        return Probe(size, peak, speed, outcome, spread, seconds, phases)
 
     def _watch(self, limit):
         """Waits for the child's answer; kills it and returns its resident bytes if it passes ``limit`` first."""
@@ -568,12 +579,13 @@ def _measure_on_device(make_step, size, args=(), steps=PROBE_STEPS, samples=None
     ms.runtime.reset_max_memory_allocated()
     started = time.perf_counter()
     try:
-        seconds = _run_step(make_step, size, args, steps)
+        phases, calls = _run_step(make_step, size, args, steps)
     except (RuntimeError, MemoryError) as error:
         return Probe(size, outcome=OUT_OF_MEMORY if "memory" in str(error).lower()
                      else f"{type(error).__name__}: {error}")
-    speed, spread = _speed(samples or size, seconds)
-    return Probe(size, int(ms.runtime.max_memory_allocated()), speed, "measured", spread, time.perf_counter() - started)
+    speed, spread = _speed(samples or size, calls)
+    return Probe(size, int(ms.runtime.max_memory_allocated()), speed, "measured", spread, time.perf_counter() - started,
+                 phases)
 
 
 def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidates=None, margin=MARGIN,

@@ -61,8 +61,9 @@ def report(batch, budget, plan, planned_seconds, rows):
     ``rows`` are ``(size, peak, seconds, summary)`` per size.
 
     Example:
-        >>> plan = {"micro_batch": 8, "probes": [{"size": 8, "peak": 500 * 2 ** 20, "seconds": 0.6},
-        ...                                      {"size": 16, "peak": None, "seconds": 0.2}]}
+        >>> phases = {"start": 0.3, "build": 0.1, "first call": 0.15, "timed": 0.05}
+        >>> plan = {"micro_batch": 8, "probes": [{"size": 8, "peak": 500 * 2 ** 20, "seconds": 0.6, "phases": phases},
+        ...                                      {"size": 16, "peak": None, "seconds": 0.2, "phases": None}]}
         >>> rows = [(8, 600 * 2 ** 20, 10.0, {"samples_per_second": 90.0, "final_test_loss": 0.5}),
         ...         (16, 700 * 2 ** 20, 9.0, {"samples_per_second": 100.0, "final_test_loss": 0.5})]
         >>> print(report(16, 650 * 2 ** 20, plan, 11.0, rows))
@@ -72,7 +73,7 @@ def report(batch, budget, plan, planned_seconds, rows):
         | 16 | 1 | 700.0 MiB | 100 | 0.500000 | no |  |
         chosen 8: peak 600.0 MiB within the budget 650.0 MiB: yes; 1.00x the samples/s of the fastest size that fits (8)
         planning 1.0 s: 10.0% of the fixed run at the chosen size (10.0 s)
-        the probes' seconds, child starts included: 8: 0.6, 16: 0.2
+        the probes' seconds: 8: 0.6 (start 0.3, build 0.1, first call 0.1, timed 0.1), 16: 0.2
     """
     lines = [f"| micro-batch | N | peak resident | samples/s | final test loss | fits {format_size(budget)} | chosen |",
              "| ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
@@ -91,9 +92,14 @@ def report(batch, budget, plan, planned_seconds, rows):
                  f"the fixed run at the chosen size ({chosen[2]:.1f} s)")
     probes = [probe for probe in plan["probes"] if probe.get("seconds") is not None]  # plans before #46 have none
     if probes:
-        lines.append("the probes' seconds, child starts included: "
-                     + ", ".join(f"{probe['size']}: {probe['seconds']:.1f}" for probe in probes))
+        lines.append("the probes' seconds: " + ", ".join(map(_probe_seconds, probes)))
     return "\n".join(lines)
+
+
+def _probe_seconds(probe):
+    """A logged probe's seconds and where they went (the child's start, build, first call, timed calls)."""
+    detail = ", ".join(f"{phase} {seconds:.1f}" for phase, seconds in (probe.get("phases") or {}).items())
+    return f"{probe['size']}: {probe['seconds']:.1f}" + (f" ({detail})" if detail else "")
 
 
 def build_parser():

@@ -121,7 +121,7 @@ def test_a_step_that_is_not_importable_is_refused_before_any_child():
 def test_the_plan_records_what_it_measured():
     plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Probe(4, 5 * MIB, 9.0, spread=0.5, seconds=2.0),))
     assert plan.record()["probes"] == [{"size": 4, "peak": 5 * MIB, "samples_per_second": 9.0, "outcome": "measured",
-                                        "spread": 0.5, "seconds": 2.0}]
+                                        "spread": 0.5, "seconds": 2.0, "phases": None}]
 
 
 def raise_for(size):
@@ -152,6 +152,7 @@ def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(children_start
     assert [(probe.size, probe.outcome) for probe in plan.probes] == [(2, "measured"), (3, "measured")]
     assert all(probe.peak > probe.size * MIB and probe.samples_per_second > 0 and probe.spread >= 0
                and probe.seconds > 0 for probe in plan.probes)
+    assert all(list(probe.phases) == ["start", "build", "first call", "timed"] for probe in plan.probes)
     assert (plan.micro_batch, plan.accumulate_step) in [(2, 3), (3, 2)]
     assert len(children_started) == 1
 
