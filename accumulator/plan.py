@@ -140,7 +140,8 @@ class Probe:
     ``samples_per_second`` is the median over the timed calls, ``spread``
     half their range (samples/s); ``seconds`` is what the probe cost, a child's
     start included (None where not counted), and ``phases`` where it went:
-    the child's ``"start"`` (its imports, for its first size), ``"build"``
+    ``"start"`` (the child's start and imports for its first size, and
+    what it frees after each), ``"build"``
     (``make_step``), the ``"first call"`` (its compile) and the ``"timed"`` calls.
 
     Example:
@@ -196,12 +197,12 @@ class MemoryPlan:
             ...                   probes=(Probe(8, 2 ** 28, 50.0, spread=2.0, seconds=1.5),
             ...                           Probe(16, 2 ** 30, None, "not run")))
             >>> print(plan.table())
-            micro-batch  peak memory    samples/s  probe s  chosen
-                      8    256.0 MiB       50 ± 2      1.5  <- 8 x 2 = 16 per update
-                     16     1.00 GiB            -        -  not run (the line's prediction)
+            micro-batch  peak memory        samples/s  probe s  chosen
+                      8    256.0 MiB           50 ± 2      1.5  <- 8 x 2 = 16 per update
+                     16     1.00 GiB                -        -  not run (the line's prediction)
             budget 1.00 GiB, 10% kept free; the probes took 1.5 s
         """
-        lines = [f"{'micro-batch':>11}  {'peak memory':>11}  {'samples/s':>11}  {'probe s':>7}  chosen"]
+        lines = [f"{'micro-batch':>11}  {'peak memory':>11}  {'samples/s':>15}  {'probe s':>7}  chosen"]
         for probe in self.probes:
             peak = "-" if probe.peak is None else format_size(probe.peak)
             speed = "-" if probe.samples_per_second is None else f"{probe.samples_per_second:,.0f}" + (
@@ -215,7 +216,7 @@ class MemoryPlan:
                 note = f"{NOT_RUN} (the line's prediction)"
             else:
                 note = "" if probe.outcome == "measured" else probe.outcome
-            lines.append(f"{probe.size:>11}  {peak:>11}  {speed:>11}  {seconds:>7}  {note}".rstrip())
+            lines.append(f"{probe.size:>11}  {peak:>11}  {speed:>15}  {seconds:>7}  {note}".rstrip())
         took = sum(probe.seconds for probe in self.probes if probe.seconds is not None)
         lines.append(f"budget {format_size(self.budget)}, {self.margin:.0%} kept free"
                      + (f"; the probes took {took:.1f} s" if took else ""))
@@ -455,6 +456,10 @@ def _resident(pid):
         return None
 
 
+# What a child that ended without answering said: no outcome, peak, speed, spread or phases, and not reusable.
+_NO_ANSWER = (None,) * 5 + (False,)
+
+
 class ProbeChild:
     """A child process (``spawn`` context) that measures ``make_step``'s step at one size after another.
 
@@ -504,9 +509,9 @@ class ProbeChild:
         try:
             self._connection.send((size, samples or size))
             stopped_at = self._watch(limit)
-            answer = (None,) * 5 + (False,) if stopped_at else self._connection.recv()
+            answer = _NO_ANSWER if stopped_at else self._connection.recv()
         except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
-            stopped_at, answer = None, (None,) * 5 + (False,)
+            stopped_at, answer = None, _NO_ANSWER
         outcome, peak, speed, spread, phases, reusable = answer
         self._busy = False
         if not reusable:
@@ -518,7 +523,7 @@ class ProbeChild:
             outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
                 f"the child exited with status {code} and no error"
         seconds = time.perf_counter() - started
-        if phases:  # the rest is the child's start and imports, for the first size it runs
+        if phases:  # the rest: the child's start and imports (its first size), freeing memory after the size
             phases = {"start": seconds - sum(phases.values()), **phases}
         return Probe(size, peak, speed, outcome, spread, seconds, phases)
 

@@ -72,7 +72,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
     summary = train_mnist.main([*common, "--epochs", "1", "--memory-budget", "8GiB", "--log-json", str(log)])
     out = capsys.readouterr().out
-    assert "micro-batch measured for a batch of 16 per update:\nmicro-batch  peak memory    samples/s  probe s  " \
+    assert "micro-batch measured for a batch of 16 per update:\nmicro-batch  peak memory        samples/s  probe s  " \
            "chosen\n" in out
     plan = json.loads(log.read_text())["memory_plan"]
     size = plan["micro_batch"]
