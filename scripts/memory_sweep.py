@@ -119,7 +119,7 @@ def main(argv=None):
                    str(flags.memory_budget)]
         _, planned_seconds, logged = run_measured(flags.tool, planned, os.path.join(folder, "auto.json"))
         rows = []
-        for size in candidate_sizes(flags.batch_size):
+        for size in (size for size in candidate_sizes(flags.batch_size) if flags.batch_size % size == 0):
             fixed_argv = [*common, "--batch-size", str(size), "--accumulate-step", str(flags.batch_size // size)]
             peak, seconds, fixed = run_measured(flags.tool, fixed_argv, os.path.join(folder, f"{size}.json"))
             rows.append((size, peak, seconds, fixed["summary"]))

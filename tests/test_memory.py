@@ -56,7 +56,7 @@ def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatc
     config = TrainConfig(batch_size=8, accumulate_step=1, micro_batch="auto")  # graph mode, --driver auto
     step = training.memory.tool_step(4, config, 8, toy_task, ())
     probe = built[0]
-    run = build_run(training.memory.planned(config, 4, 2), toy_task())  # what train() builds for the plan
+    run = build_run(training.memory.planned(config, 4, 8), toy_task())  # what train() builds for the plan
     assert probe.driver == run.driver == "window"
     assert int(probe.accumulator.accumulate_step) == 2
     step()  # one call: the window's two micro-batches and their update, through the window step

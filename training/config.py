@@ -35,8 +35,8 @@ FEW_TENSORS = 8
 # How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
-RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks",
-                 "scale_rule", "update_cost", "probe_interval", "probe_tolerance")
+RESUME_FIELDS = ("batch_size", "accumulate_step", "last_micro_batch", "lr", "optimizer", "seed", "shuffle",
+                 "drop_last", "ranks", "scale_rule", "update_cost", "probe_interval", "probe_tolerance")
 
 
 def _one_of(value, name, choices):
@@ -61,6 +61,21 @@ def _check_micro_batch(config):
     if config.micro_batch == AUTO and config.accumulate_step != 1:
         raise ValueError(f"accumulate_step={config.accumulate_step} with micro_batch='auto': batch_size is then the "
                          f"batch per update and N follows from the measured micro-batch: pass one")
+    if config.last_micro_batch is not None:
+        positive_int(config.last_micro_batch, "last_micro_batch")
+        if config.accumulate_step in ADAPTIVE or config.accumulate_step < 2 \
+                or config.last_micro_batch >= config.batch_size or config.micro_batch == AUTO:
+            raise ValueError(f"last_micro_batch={config.last_micro_batch} ends each window in a smaller micro-batch: "
+                             f"it needs a fixed accumulate_step of at least 2 and a smaller size than batch_size, got "
+                             f"batch_size={config.batch_size}, accumulate_step={config.accumulate_step!r}"
+                             + (", micro_batch='auto'" if config.micro_batch == AUTO else ""))
+        if config.driver == "window":
+            raise ValueError(f"driver='window' stacks a window's micro-batches into one tensor of one shape; "
+                             f"last_micro_batch={config.last_micro_batch} makes the last smaller: pass driver 'auto', "
+                             f"'host' or 'in-graph'")
+        if config.scale_rule != "none":
+            raise ValueError(f"scale_rule={config.scale_rule!r} follows N micro-batches of batch_size; "
+                             f"last_micro_batch={config.last_micro_batch} makes the last smaller: pass whole ones")
     if config.memory_plan is not None and not isinstance(config.memory_plan, dict):
         raise ValueError(f"memory_plan must be None or a MemoryPlan.record() dict, got {config.memory_plan!r}")
 
@@ -89,7 +104,9 @@ class TrainConfig:
     until ``training.memory.plan_run`` measures the micro-batch within
     ``memory_budget`` bytes (None: the default) and sets ``batch_size``,
     ``accumulate_step`` and ``memory_plan`` (what was measured, for the
-    log). ``tool_settings`` holds a tool's own flags that define its run
+    log), and ``last_micro_batch`` when the micro-batch does not divide the
+    batch: each window's last micro-batch is then that size, smaller than
+    ``batch_size`` (docs/mnist-tool.md#uneven-windows). ``tool_settings`` holds a tool's own flags that define its run
     (``{"width": 64}`` for ``--width 64``): checkpoints record them and a resumed run must repeat them, as it must
     ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
 
@@ -122,6 +139,8 @@ class TrainConfig:
     track_noise: bool = False
     check: bool = False
     drop_last: bool = False
+    # An uneven window: its last micro-batch is this size, the others batch_size (training.memory.planned sets it).
+    last_micro_batch: Optional[int] = None
     # --micro-batch auto: batch_size is the batch per update until training.memory.plan_run measures the micro-batch.
     micro_batch: Optional[str] = None
     memory_budget: Optional[int] = None
@@ -212,7 +231,19 @@ class TrainConfig:
             return None
         if self.micro_batch == AUTO:  # not planned yet: batch_size is the batch per update
             return self.batch_size
-        return self.batch_size * self.accumulate_step * self.ranks
+        return self.window_samples * self.ranks
+
+    @property
+    def window_samples(self):
+        """Samples (rows) of one rank's whole window: ``accumulate_step`` micro-batches, the last ``last_micro_batch``.
+
+        Example:
+            >>> TrainConfig(batch_size=8, accumulate_step=3).window_samples
+            24
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4).window_samples
+            20
+        """
+        return self.batch_size * (self.first_step - 1) + (self.last_micro_batch or self.batch_size)
 
     @property
     def tracks_noise(self):
@@ -240,6 +271,8 @@ class TrainConfig:
         Example:
             >>> TrainConfig(batch_size=32, accumulate_step=4).batch_description()
             '32 x 4 = effective 128'
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4).batch_description()
+            '8 + 8 + 4 = effective 20'
             >>> TrainConfig(batch_size=32, accumulate_step="auto").batch_description()
             '32 x auto (N from 1 to 64, measured by branched runs)'
             >>> TrainConfig(batch_size=32, accumulate_step="noise", update_cost=1.5).batch_description()
@@ -255,7 +288,23 @@ class TrainConfig:
             aim = "the gradient noise scale" if self.update_cost is None else \
                 f"sqrt({self.update_cost:g} x the gradient noise scale)"
             return f"{self.batch_size} x noise{ranks} (N from {NOISE_STEPS[0]} to {NOISE_STEPS[1]}, following {aim})"
-        return f"{self.batch_size} x {self.accumulate_step}{ranks} = effective {self.effective_batch_size}"
+        return f"{self.window_description()} = effective {self.effective_batch_size}"
+
+    def window_description(self):
+        """How a fixed window makes the batch per update: micro-batch x N, or its sizes when the last is smaller.
+
+        Example:
+            >>> TrainConfig(batch_size=32, accumulate_step=4).window_description()
+            '32 x 4'
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4, distributed=True,
+            ...             ranks=2).window_description()
+            '(8 + 8 + 4) x 2 ranks'
+        """
+        ranks = f" x {self.ranks} ranks" if self.distributed else ""
+        if self.last_micro_batch is None:
+            return f"{self.batch_size} x {self.accumulate_step}{ranks}"
+        sizes = " + ".join(map(str, [self.batch_size] * (self.accumulate_step - 1) + [self.last_micro_batch]))
+        return f"({sizes}){ranks}" if ranks else sizes
 
     @property
     def main_rank(self):
