@@ -21,7 +21,12 @@ BOTH = ("--accumulate-step with --micro-batch auto: --batch-size is then the bat
      "--memory-budget is the budget --micro-batch auto plans within: pass --micro-batch auto"),
     (["--micro-batch", "auto", "--memory-budget", "6parsecs"],
      "argument --memory-budget: expected a size such as 512MiB, 6GiB or 6G, got '6parsecs'"),
-    (["--micro-batch", "8"], "argument --micro-batch: unknown value '8': choose auto"),
+    (["--micro-batch", "0"], "argument --micro-batch: expected auto or a positive integer, got '0'"),
+    (["--micro-batch", "8", "--accumulate-step", "2"],
+     "--accumulate-step with --micro-batch 8: --batch-size is then the batch per update and N follows from the "
+     "micro-batch; pass one"),
+    (["--batch-size", "20", "--micro-batch", "32"],
+     "--micro-batch 32 is more than the batch per update: --batch-size 20"),
 ])
 def test_contradictory_or_bad_flags_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as caught:

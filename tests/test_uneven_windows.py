@@ -91,9 +91,9 @@ def test_the_language_model_fills_only_the_epochs_last_micro_batch_to_its_place_
 
 @pytest.mark.parametrize("settings, message", [
     (dict(driver="window"), "driver='window' stacks a window's micro-batches into one tensor of one shape; "
-                            "last_micro_batch=4 makes the last smaller: pass driver 'auto', 'host' or 'in-graph'"),
+                            "last_micro_batch=4 makes the last smaller"),
     (dict(scale_rule="linear"), "scale_rule='linear' follows N micro-batches of batch_size; last_micro_batch=4 makes "
-                                "the last smaller: pass whole ones"),
+                                "the last smaller"),
     (dict(accumulate_step=1), "last_micro_batch=4 ends each window in a smaller micro-batch: it needs a fixed "
                               "accumulate_step of at least 2 and a smaller size than batch_size, got batch_size=8, "
                               "accumulate_step=1"),
@@ -123,3 +123,31 @@ def test_a_resumed_uneven_plan_keeps_its_windows_and_refuses_another_batch(tmp_p
                                             "epoch_002.ckpt was trained with 8 \\+ 8 \\+ 4 per rank"):
         training.memory.plan_run(TrainConfig(batch_size=24, accumulate_step=1, micro_batch="auto", ckpt_dir=folder,
                                              resume=True), toy_task, (20,))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--driver", "window"], "--driver window stacks a window's micro-batches into one tensor of one shape; "
+                             "--micro-batch 8 does not divide the batch per update of 20: pass one that does"),
+    (["--scale-rule", "linear"], "--scale-rule linear follows N micro-batches of batch_size; --micro-batch 8 does "
+                                 "not divide the batch per update of 20: pass one that does"),
+])
+def test_a_tool_that_needs_whole_windows_refuses_a_micro_batch_that_does_not_divide_in_one_line(flags, message):
+    import training.memory
+    from scripts import train_mnist
+    from training.errors import TrainingError
+    config, _ = train_mnist.parse_args(["--batch-size", "20", "--micro-batch", "8", *flags])
+    with pytest.raises(TrainingError) as caught:
+        training.memory.plan_run(config, toy_task, ())
+    assert str(caught.value) == message
+
+
+@pytest.mark.slow  # two runs of the tool
+def test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20(synthetic_mnist_dir, capsys):
+    from scripts import train_mnist
+    common = ["--data-dir", synthetic_mnist_dir, "--epochs", "1", "--lr", "0.1", "--batch-size", "20"]
+    uneven = train_mnist.main([*common, "--micro-batch", "8"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "batch 8 + 8 + 4 = effective 20" in first and "(a smaller last micro-batch;" in first
+    large = train_mnist.main([*common, "--accumulate-step", "1"])
+    assert (uneven["effective_batch_size"], uneven["updates"]) == (large["effective_batch_size"], large["updates"])
+    assert uneven["final_test_loss"] == pytest.approx(large["final_test_loss"], rel=1e-5)

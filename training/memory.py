@@ -13,6 +13,7 @@ from mindspore import ops
 
 from accumulator import PlanError, plan_micro_batch
 from accumulator.plan import default_candidates
+from training.arguments import in_flags
 from training.checkpoints import UNREADABLE, find_checkpoints
 from training.config import ADAPTIVE, AUTO, TrainConfig
 from training.context import configure_context
@@ -39,10 +40,8 @@ def candidate_sizes(batch):
 
 
 def _whole_windows(config, sizes, batch):
-    """``sizes`` that divide ``batch`` when the run needs whole windows (the window step, a scale rule), else all."""
-    if config.driver == "window" or config.scale_rule != "none":
-        return [size for size in sizes if batch % size == 0]
-    return sizes
+    """``sizes`` that divide ``batch`` when the run needs whole windows (``TrainConfig.whole_windows``), else all."""
+    return [size for size in sizes if batch % size == 0] if config.whole_windows else sizes
 
 
 def tool_step(size, config, batch, make_task, task_args):
@@ -88,27 +87,33 @@ def _task(make_task, task_args):
 
 
 def plan_run(config, make_task, task_args):
-    """``config`` with the measured micro-batch and N when it asks for ``micro_batch="auto"``; else ``config``.
+    """``config`` with its micro-batch and N: measured for ``micro_batch="auto"``, M for an int; else ``config``.
 
     Prints the plan's table (on rank 0); the plan goes into ``memory_plan``,
     which the JSON log and the checkpoints keep. With ``resume`` the newest
     checkpoint's micro-batch and N are kept, not measured again. Under
     ``distributed`` each rank measures its share of the batch and all take
     the smallest size chosen (an AllGather). Raises ``TrainingError`` in one
-    line when nothing fits, naming what the smallest size needs.
+    line when nothing fits, naming what the smallest size needs, and when
+    M is more than one rank's batch or, for a run that needs whole windows,
+    does not divide it.
 
     Example:
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
         >>> plan_run(TrainConfig(batch_size=8), toy_task, ()).batch_size
         8
+        >>> plan_run(TrainConfig(batch_size=20, accumulate_step=1, micro_batch=8), toy_task, ()).batch_description()
+        '8 + 8 + 4 = effective 20'
     """
-    if config.micro_batch != AUTO:
+    if config.micro_batch is None:
         return config
     if config.batch_size % config.ranks:
         raise TrainingError(f"--batch-size {config.batch_size} per update does not split evenly over the "
                             f"{config.ranks} ranks")
     batch = config.batch_size // config.ranks
+    if config.micro_batch != AUTO:
+        return _given(config, config.micro_batch, batch)
     say = print if config.main_rank else _quiet
     if config.resume:
         return _kept(config, batch, say)
@@ -127,6 +132,17 @@ def plan_run(config, make_task, task_args):
     say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
         + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
     return planned(config, size, batch, {**plan.record(), "micro_batch": size, "accumulate_step": -(-batch // size)})
+
+
+def _given(config, size, batch):
+    """``planned`` for ``--micro-batch M``, refused in one line when M does not make one rank's windows."""
+    ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
+    if size > batch:
+        raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
+    if batch % size and config.whole_windows:
+        raise TrainingError(in_flags(f"{config.whole_windows}; --micro-batch {size} does not divide the batch per "
+                                     f"update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
+    return planned(config, size, batch)
 
 
 def planned(config, size, batch, plan=None):
