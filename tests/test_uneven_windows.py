@@ -151,3 +151,27 @@ def test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20(synthetic_mni
     large = train_mnist.main([*common, "--accumulate-step", "1"])
     assert (uneven["effective_batch_size"], uneven["updates"]) == (large["effective_batch_size"], large["updates"])
     assert uneven["final_test_loss"] == pytest.approx(large["final_test_loss"], rel=1e-5)
+
+
+def test_a_language_model_window_of_8_8_4_rows_updates_like_one_of_20(tmp_path):
+    from data.text import synthetic_text
+    from training.lm import lm_task
+    from training.loop import train_on_windows
+    corpus = tmp_path / "input.txt"
+    corpus.write_text(synthetic_text(4000, seed=5))
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    task = lm_task(str(corpus), width=32, depth=1, heads=4, max_length=64)
+
+    def first_window(batch_size, accumulate_step, **uneven):
+        config = TrainConfig(mode="pynative", batch_size=batch_size, accumulate_step=accumulate_step, lr=0.5,
+                             shuffle=False, **uneven)
+        run = build_run(config, task)
+        window = next(iter(task.train_windows(batch_size, accumulate_step, **{**ORDER, "shuffle": False}, **uneven)))
+        (_, counted, _), = train_on_windows(run, [window], batch_size, accumulate_step, task.count, **uneven)
+        return {p.name: p.asnumpy() for p in run.net.trainable_params()}, counted, rows_of([window])
+
+    large, tokens, _ = first_window(20, 1)
+    uneven, counted, rows = first_window(8, 3, last_micro_batch=4)
+    assert rows == [[8, 8, 4]] and counted == tokens
+    for name, value in large.items():
+        np.testing.assert_allclose(uneven[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
