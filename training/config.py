@@ -8,7 +8,7 @@ new config from ``dataclasses.replace``, never by mutation.
 import dataclasses
 import math
 import numbers
-from typing import Optional
+from typing import Optional, Union
 
 from common.checks import boolean, non_negative_int, positive_int
 from training.optimizers import OPTIMIZERS
@@ -147,7 +147,7 @@ class TrainConfig:
     # An uneven window: its last micro-batch is this size, the others batch_size (training.memory.planned sets it).
     last_micro_batch: Optional[int] = None
     # --micro-batch auto or M: batch_size is the batch per update until training.memory.plan_run sets the micro-batch.
-    micro_batch: Optional[object] = None
+    micro_batch: Optional[Union[str, int]] = None
     memory_budget: Optional[int] = None
     memory_plan: Optional[dict] = None
     # What it writes: the "checkpoints and logs" flags.
