@@ -3,7 +3,10 @@
 ``plan_run`` turns a config whose ``batch_size`` is the batch per update
 into one with the measured micro-batch and its N, by
 ``accumulator.plan_micro_batch`` over ``tool_step`` (the tool's own train
-step, built in a child process per size). docs/memory-plan.md#the-tools.
+step, built in a child process per size), or with the micro-batch M of
+``--micro-batch M``; where it does not divide the batch, each window's
+last micro-batch is smaller (docs/mnist-tool.md#uneven-windows).
+docs/memory-plan.md#the-tools.
 """
 import dataclasses
 import json
