@@ -10,6 +10,7 @@ from mindspore.dataset import transforms, vision
 from common.checks import boolean, positive_int
 from .download import staged_download
 from .idx import SPLIT_FILES, MnistFormatError, read_idx, validate_mnist_dir, validate_split
+from .windows import window_slices
 
 MNIST_URL = "https://mindspore-website.obs.cn-north-4.myhuaweicloud.com/notebook/datasets/MNIST_Data.zip"
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "MNIST_Data")
@@ -278,15 +279,15 @@ class Window(list):
         self.samples = sum(labels.shape[0] for _, labels in micro_batches) if samples is None else samples
 
 
-def _tensor_windows(images, labels, order, batch_size, accumulate_step):
-    span = batch_size * accumulate_step
-    for start in range(0, len(order), span):
+def _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch):
+    for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch):
+        start = window[0][0]
         # One gather per window; its micro-batches and the stacked pair are views of it.
-        x, y = images[order[start:start + span]], labels[order[start:start + span]]
-        micro_batches = [(ms.Tensor.from_numpy(x[i:i + batch_size]), ms.Tensor.from_numpy(y[i:i + batch_size]))
-                         for i in range(0, len(y), batch_size)]
+        x, y = images[order[start:window[-1][1]]], labels[order[start:window[-1][1]]]
+        micro_batches = [(ms.Tensor.from_numpy(x[a - start:b - start]), ms.Tensor.from_numpy(y[a - start:b - start]))
+                         for a, b in window]
         stacked = None
-        if len(y) % batch_size == 0 or len(micro_batches) == 1:  # micro-batches all of one size
+        if len({labels.shape[0] for _, labels in micro_batches}) == 1:  # micro-batches all of one size
             k = len(micro_batches)
             stacked = (ms.Tensor.from_numpy(x.reshape(k, len(y) // k, *x.shape[1:])),
                        ms.Tensor.from_numpy(y.reshape(k, len(y) // k)))
@@ -294,7 +295,7 @@ def _tensor_windows(images, labels, order, batch_size, accumulate_step):
 
 
 def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None, drop_remainder=False,
-                  num_shards=None, shard_id=None):
+                  num_shards=None, shard_id=None, last_micro_batch=None):
     """One epoch of MNIST as accumulation windows.
 
     ``source`` is a split folder (read now) or the ``(images, labels)`` of
@@ -307,6 +308,10 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     stacked too, in ``window.stacked``. The micro-batches are those of
     :func:`mnist_batches` (and of :func:`mnist_dataset`) with the same
     arguments; they are checked at the call, not at the first window.
+    With ``last_micro_batch`` each whole window ends in a micro-batch of
+    that many samples (``data.windows.window_slices``): windows of
+    ``batch_size * (accumulate_step - 1) + last_micro_batch`` samples, the
+    same samples in the same order, cut otherwise.
 
     Example:
         >>> train = np.zeros((100, 1, 28, 28), np.float32), np.arange(100, dtype=np.int32) % 10
@@ -318,9 +323,11 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
         >>> first = next(mnist_windows(train, 16, accumulate_step=4))
         >>> first.stacked[0].shape, first.stacked[1].shape
         ((4, 16, 1, 28, 28), (4, 16))
+        >>> [[labels.shape[0] for _, labels in window] for window in mnist_windows(train, 16, 3, last_micro_batch=8)]
+        [[16, 16, 8], [16, 16, 8], [16, 4]]
     """
     accumulate_step = positive_int(accumulate_step, "accumulate_step")
     _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
     order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    return _tensor_windows(images, labels, order, batch_size, accumulate_step)
+    return _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch)

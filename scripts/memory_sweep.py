@@ -2,7 +2,7 @@
 
 For ``--batch-size B --memory-budget SIZE``: one run of the tool with
 ``--micro-batch auto``, then one per candidate size m (``training.memory.candidate_sizes``)
-with ``--batch-size m --accumulate-step B/m``, all for ``--epochs``, one after another.
+with ``--batch-size B --micro-batch m``, all for ``--epochs``, one after another.
 Each run's peak resident memory is the whole process's (``os.wait4``), its
 samples/s and final test loss are its JSON log's. Prints a Markdown table
 and what docs/memory-plan.md#measuring-it-on-your-machine checks: the chosen
@@ -78,7 +78,7 @@ def report(batch, budget, plan, planned_seconds, rows):
     lines = [f"| micro-batch | N | peak resident | samples/s | final test loss | fits {format_size(budget)} | chosen |",
              "| ---: | ---: | ---: | ---: | ---: | :---: | :---: |"]
     for size, peak, _, summary in rows:
-        lines.append(f"| {size} | {batch // size} | {format_size(peak)} | {summary['samples_per_second']:,.0f} | "
+        lines.append(f"| {size} | {-(-batch // size)} | {format_size(peak)} | {summary['samples_per_second']:,.0f} | "
                      f"{summary['final_test_loss']:.6f} | {'yes' if peak <= budget else 'no'} | "
                      f"{'yes' if size == plan['micro_batch'] else ''} |")
     chosen = next(row for row in rows if row[0] == plan["micro_batch"])
@@ -132,7 +132,7 @@ def main(argv=None):
         _, planned_seconds, logged = run_measured(flags.tool, planned, os.path.join(folder, "auto.json"))
         rows = []
         for size in candidate_sizes(flags.batch_size):
-            fixed_argv = [*common, "--batch-size", str(size), "--accumulate-step", str(flags.batch_size // size)]
+            fixed_argv = [*common, "--batch-size", str(flags.batch_size), "--micro-batch", str(size)]
             peak, seconds, fixed = run_measured(flags.tool, fixed_argv, os.path.join(folder, f"{size}.json"))
             rows.append((size, peak, seconds, fixed["summary"]))
     print(report(flags.batch_size, flags.memory_budget, logged["memory_plan"], planned_seconds, rows))

@@ -21,7 +21,12 @@ BOTH = ("--accumulate-step with --micro-batch auto: --batch-size is then the bat
      "--memory-budget is the budget --micro-batch auto plans within: pass --micro-batch auto"),
     (["--micro-batch", "auto", "--memory-budget", "6parsecs"],
      "argument --memory-budget: expected a size such as 512MiB, 6GiB or 6G, got '6parsecs'"),
-    (["--micro-batch", "8"], "argument --micro-batch: unknown value '8': choose auto"),
+    (["--micro-batch", "0"], "argument --micro-batch: expected auto or a positive integer, got '0'"),
+    (["--micro-batch", "8", "--accumulate-step", "2"],
+     "--accumulate-step with --micro-batch 8: --batch-size is then the batch per update and N follows from the "
+     "micro-batch; pass one"),
+    (["--batch-size", "20", "--micro-batch", "32"],
+     "--micro-batch 32 is more than the batch per update: --batch-size 20"),
 ])
 def test_contradictory_or_bad_flags_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as caught:
@@ -56,7 +61,7 @@ def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatc
     config = TrainConfig(batch_size=8, accumulate_step=1, micro_batch="auto")  # graph mode, --driver auto
     step = training.memory.tool_step(4, config, 8, toy_task, ())
     probe = built[0]
-    run = build_run(training.memory.planned(config, 4, 2), toy_task())  # what train() builds for the plan
+    run = build_run(training.memory.planned(config, 4, 8), toy_task())  # what train() builds for the plan
     assert probe.driver == run.driver == "window"
     assert int(probe.accumulator.accumulate_step) == 2
     step()  # one call: the window's two micro-batches and their update, through the window step

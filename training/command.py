@@ -41,6 +41,21 @@ def positive_int_or_auto(text):
     return text if text in ADAPTIVE else positive_int(text)
 
 
+def micro_batch(text):
+    """argparse type: 'auto' or a positive integer (``--micro-batch``).
+
+    Example:
+        >>> micro_batch("auto"), micro_batch("8")
+        ('auto', 8)
+    """
+    if text == AUTO:
+        return AUTO
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected auto or a positive integer, got {text!r}") from None
+
+
 def make_parser(prog, description, optimizers, defaults, sample="sample", run_flags=()):
     """A parser with the run, training, checkpoint and log flags every tool has; returns ``(parser, data group)``.
 
@@ -84,13 +99,15 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
 
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=positive_int, metavar="N",
-                          help=f"{sample}s per micro-batch, one forward/backward pass; with --micro-batch auto, "
+                          help=f"{sample}s per micro-batch, one forward/backward pass; with --micro-batch, "
                                f"the {sample}s per update, all ranks together (default %(default)s)")
-    training.add_argument("--micro-batch", type=one_of(AUTO), default=None, metavar="auto",
-                          help="measure the micro-batch: run the train step for a few candidate sizes (divisors of "
-                               "--batch-size per rank, each in a child process), read each one's peak memory and "
-                               "speed, and train with the fastest that fits --memory-budget; N is --batch-size over "
-                               "it. Not with --accumulate-step; a --resume keeps the plan; docs/memory-plan.md")
+    training.add_argument("--micro-batch", type=micro_batch, default=None, metavar="{auto,M}",
+                          help="auto: measure the micro-batch: run the train step for a few candidate sizes (powers "
+                               "of two below --batch-size per rank, each in a child process), read each one's peak "
+                               "memory and speed, and train with the fastest that fits --memory-budget; M: train "
+                               "with micro-batches of M. N is --batch-size over it, rounded up: where it does not "
+                               "divide, each window's last micro-batch is smaller. Not with --accumulate-step; a "
+                               "--resume keeps the plan; docs/memory-plan.md"),
     training.add_argument("--memory-budget", type=memory_size, default=None, metavar="SIZE",
                           help="with --micro-batch auto: the peak memory a run may take, e.g. 512MiB, 6GiB, 6G "
                                "(binary units); on a CPU the process's peak resident memory (default: "
@@ -189,10 +206,11 @@ def parse_config(parser, argv, tool_flags, run_flags=()):
         except ImportError:
             parser.error("--plot needs matplotlib: pip install matplotlib (or pip install .[plot])")
     own = {name: flags.pop(name) for name in tool_flags}
-    if flags["micro_batch"] == AUTO:  # --batch-size is then the batch per update: N is the plan's
+    if flags["micro_batch"] is not None:  # --batch-size is then the batch per update: N is the plan's
         if any(arg.split("=")[0] == "--accumulate-step" for arg in (sys.argv[1:] if argv is None else argv)):
-            parser.error("--accumulate-step with --micro-batch auto: --batch-size is then the batch per update and "
-                         "N follows from the measured micro-batch; pass one")
+            measured = " measured" if flags["micro_batch"] == AUTO else ""
+            parser.error(f"--accumulate-step with --micro-batch {flags['micro_batch']}: --batch-size is then the "
+                         f"batch per update and N follows from the{measured} micro-batch; pass one")
         flags["accumulate_step"] = 1
     try:
         return TrainConfig(**flags, tool_settings={name: own[name] for name in run_flags}), own

@@ -8,7 +8,7 @@ new config from ``dataclasses.replace``, never by mutation.
 import dataclasses
 import math
 import numbers
-from typing import Optional
+from typing import Optional, Union
 
 from common.checks import boolean, non_negative_int, positive_int
 from training.optimizers import OPTIMIZERS
@@ -35,8 +35,8 @@ FEW_TENSORS = 8
 # How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
-RESUME_FIELDS = ("batch_size", "accumulate_step", "lr", "optimizer", "seed", "shuffle", "drop_last", "ranks",
-                 "scale_rule", "update_cost", "probe_interval", "probe_tolerance")
+RESUME_FIELDS = ("batch_size", "accumulate_step", "last_micro_batch", "lr", "optimizer", "seed", "shuffle",
+                 "drop_last", "ranks", "scale_rule", "update_cost", "probe_interval", "probe_tolerance")
 
 
 def _one_of(value, name, choices):
@@ -52,15 +52,35 @@ def _optional_path(value, name):
 
 
 def _check_micro_batch(config):
-    """``micro_batch``, ``memory_budget`` and ``memory_plan``'s checks (docs/memory-plan.md#the-tools)."""
-    _one_of(config.micro_batch, "micro_batch", (None, AUTO))
+    """The checks of ``micro_batch``, ``memory_budget``, ``last_micro_batch`` and ``memory_plan``.
+
+    docs/memory-plan.md#the-tools.
+    """
+    if config.micro_batch not in (None, AUTO):
+        positive_int(config.micro_batch, "micro_batch")
+        if config.micro_batch > config.batch_size:
+            raise ValueError(f"micro_batch={config.micro_batch} is more than the batch per update: "
+                             f"batch_size={config.batch_size}")
     if config.memory_budget is not None:
         positive_int(config.memory_budget, "memory_budget")
         if config.micro_batch != AUTO:
             raise ValueError("memory_budget is the budget micro_batch='auto' plans within: pass micro_batch='auto'")
-    if config.micro_batch == AUTO and config.accumulate_step != 1:
-        raise ValueError(f"accumulate_step={config.accumulate_step} with micro_batch='auto': batch_size is then the "
-                         f"batch per update and N follows from the measured micro-batch: pass one")
+    if config.micro_batch is not None and config.accumulate_step != 1:
+        measured = " measured" if config.micro_batch == AUTO else ""
+        raise ValueError(f"accumulate_step={config.accumulate_step} with micro_batch={config.micro_batch!r}: "
+                         f"batch_size is then the batch per update and N follows from the{measured} micro-batch: "
+                         f"pass one")
+    if config.last_micro_batch is not None:
+        positive_int(config.last_micro_batch, "last_micro_batch")
+        if config.accumulate_step in ADAPTIVE or config.accumulate_step < 2 \
+                or config.last_micro_batch >= config.batch_size or config.micro_batch is not None:
+            raise ValueError(f"last_micro_batch={config.last_micro_batch} ends each window in a smaller micro-batch: "
+                             f"it needs a fixed accumulate_step of at least 2 and a smaller size than batch_size, got "
+                             f"batch_size={config.batch_size}, accumulate_step={config.accumulate_step!r}"
+                             + (f", micro_batch={config.micro_batch!r}" if config.micro_batch is not None else ""))
+        if config.whole_windows:
+            raise ValueError(f"{config.whole_windows}; last_micro_batch={config.last_micro_batch} makes the last "
+                             f"smaller")
     if config.memory_plan is not None and not isinstance(config.memory_plan, dict):
         raise ValueError(f"memory_plan must be None or a MemoryPlan.record() dict, got {config.memory_plan!r}")
 
@@ -87,9 +107,11 @@ class TrainConfig:
     ``"auto"`` becomes the one ``training.loop.choose_driver`` picks for the net). ``micro_batch="auto"`` makes
     ``batch_size`` the batch per update (all ranks; ``accumulate_step`` 1)
     until ``training.memory.plan_run`` measures the micro-batch within
-    ``memory_budget`` bytes (None: the default) and sets ``batch_size``,
+    ``memory_budget`` bytes (None: the default; an int ``micro_batch`` is taken as it is) and sets ``batch_size``,
     ``accumulate_step`` and ``memory_plan`` (what was measured, for the
-    log). ``tool_settings`` holds a tool's own flags that define its run
+    log), and ``last_micro_batch`` when the micro-batch does not divide the
+    batch: each window's last micro-batch is then that size, smaller than
+    ``batch_size`` (docs/mnist-tool.md#uneven-windows). ``tool_settings`` holds a tool's own flags that define its run
     (``{"width": 64}`` for ``--width 64``): checkpoints record them and a resumed run must repeat them, as it must
     ``RESUME_FIELDS``. Bad values raise ``ValueError`` naming the field and the value.
 
@@ -122,8 +144,10 @@ class TrainConfig:
     track_noise: bool = False
     check: bool = False
     drop_last: bool = False
-    # --micro-batch auto: batch_size is the batch per update until training.memory.plan_run measures the micro-batch.
-    micro_batch: Optional[str] = None
+    # An uneven window: its last micro-batch is this size, the others batch_size (training.memory.planned sets it).
+    last_micro_batch: Optional[int] = None
+    # --micro-batch auto or M: batch_size is the batch per update until training.memory.plan_run sets the micro-batch.
+    micro_batch: Optional[Union[str, int]] = None
     memory_budget: Optional[int] = None
     memory_plan: Optional[dict] = None
     # What it writes: the "checkpoints and logs" flags.
@@ -210,9 +234,37 @@ class TrainConfig:
         """
         if self.accumulate_step in ADAPTIVE:
             return None
-        if self.micro_batch == AUTO:  # not planned yet: batch_size is the batch per update
+        if self.micro_batch is not None:  # not planned yet: batch_size is the batch per update
             return self.batch_size
-        return self.batch_size * self.accumulate_step * self.ranks
+        return self.window_samples * self.ranks
+
+    @property
+    def whole_windows(self):
+        """Why every window must be whole micro-batches of ``batch_size`` (a phrase), or None: an uneven one may do.
+
+        Example:
+            >>> TrainConfig(driver="window").whole_windows
+            "driver='window' stacks a window's micro-batches into one tensor of one shape"
+            >>> TrainConfig().whole_windows is None
+            True
+        """
+        if self.driver == "window":
+            return "driver='window' stacks a window's micro-batches into one tensor of one shape"
+        if self.scale_rule != "none":
+            return f"scale_rule={self.scale_rule!r} follows N micro-batches of batch_size"
+        return None
+
+    @property
+    def window_samples(self):
+        """Samples (rows) of one rank's whole window: ``accumulate_step`` micro-batches, the last ``last_micro_batch``.
+
+        Example:
+            >>> TrainConfig(batch_size=8, accumulate_step=3).window_samples
+            24
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4).window_samples
+            20
+        """
+        return self.batch_size * (self.first_step - 1) + (self.last_micro_batch or self.batch_size)
 
     @property
     def tracks_noise(self):
@@ -240,14 +292,17 @@ class TrainConfig:
         Example:
             >>> TrainConfig(batch_size=32, accumulate_step=4).batch_description()
             '32 x 4 = effective 128'
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4).batch_description()
+            '8 + 8 + 4 = effective 20'
             >>> TrainConfig(batch_size=32, accumulate_step="auto").batch_description()
             '32 x auto (N from 1 to 64, measured by branched runs)'
             >>> TrainConfig(batch_size=32, accumulate_step="noise", update_cost=1.5).batch_description()
             '32 x noise (N from 2 to 64, following sqrt(1.5 x the gradient noise scale))'
         """
         ranks = f" x {self.ranks} ranks" if self.distributed else ""
-        if self.micro_batch == AUTO:
-            return f"{self.batch_size} per update, micro-batch auto (measured)"
+        if self.micro_batch is not None:
+            return f"{self.batch_size} per update, micro-batch " + \
+                ("auto (measured)" if self.micro_batch == AUTO else str(self.micro_batch))
         if self.accumulate_step == AUTO:
             return (f"{self.batch_size} x auto{ranks} (N from {AUTO_STEPS[0]} to {AUTO_STEPS[1]}, "
                     "measured by branched runs)")
@@ -255,7 +310,23 @@ class TrainConfig:
             aim = "the gradient noise scale" if self.update_cost is None else \
                 f"sqrt({self.update_cost:g} x the gradient noise scale)"
             return f"{self.batch_size} x noise{ranks} (N from {NOISE_STEPS[0]} to {NOISE_STEPS[1]}, following {aim})"
-        return f"{self.batch_size} x {self.accumulate_step}{ranks} = effective {self.effective_batch_size}"
+        return f"{self.window_description()} = effective {self.effective_batch_size}"
+
+    def window_description(self):
+        """How a fixed window makes the batch per update: micro-batch x N, or its sizes when the last is smaller.
+
+        Example:
+            >>> TrainConfig(batch_size=32, accumulate_step=4).window_description()
+            '32 x 4'
+            >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4, distributed=True,
+            ...             ranks=2).window_description()
+            '(8 + 8 + 4) x 2 ranks'
+        """
+        ranks = f" x {self.ranks} ranks" if self.distributed else ""
+        if self.last_micro_batch is None:
+            return f"{self.batch_size} x {self.accumulate_step}{ranks}"
+        sizes = " + ".join(map(str, [self.batch_size] * (self.accumulate_step - 1) + [self.last_micro_batch]))
+        return f"({sizes}){ranks}" if ranks else sizes
 
     @property
     def main_rank(self):

@@ -23,7 +23,8 @@ from data.mnist import Window, reading_order
 from data.packing import first_fit, pack_rows
 from data.text import (CORPUS_FILE, DEFAULT_TEXT_DIR, VOCAB_SIZE, corpus_problem, decode, encode, ensure_corpus,
                        split_corpus, split_samples, synthetic_text)
-from data.tokens import PAD, pad_batch, token_count, window_batches
+from data.tokens import PAD, pad_batch, token_count
+from data.windows import window_slices
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
 from training.outputs import check_writable, claim_for_synthetic, is_synthetic
@@ -134,8 +135,8 @@ class WarmupInverseSqrt(LearningRateSchedule):
 
 
 def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
-               length, packing=False, within_windows=False, layout=None):
-    """One epoch of ``samples`` as windows (``data.tokens.window_batches``): every micro-batch ``[batch_size, length]``.
+               length, packing=False, within_windows=False, layout=None, last_micro_batch=None):
+    """One epoch of ``samples`` as windows (``data.windows.window_slices``) of micro-batches ``[batch_size, length]``.
 
     The samples (each at most ``length + 1`` tokens) are read in
     ``data.mnist.reading_order`` (seeded, sharded, dropping a short last
@@ -158,6 +159,11 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     first fit over the epoch moves short samples forward into rows opened
     windows before.
 
+    With ``last_micro_batch`` each whole window ends in a micro-batch of
+    that many rows (``data.windows.window_slices``), and the epoch's last
+    micro-batch is filled to the size of its place in the window: the
+    micro-batches take two shapes, each compiled once.
+
     ``layout``, a dict, receives the epoch's ``"slots"`` (target positions
     computed, filler rows included) and ``"tokens"`` (targets that are not
     padding) when the windows are made.
@@ -172,50 +178,57 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         ...                     num_shards=None, shard_id=None, length=16, packing=True)
         >>> [[(tuple(inputs.shape), count_tokens(targets)) for inputs, targets in window] for window in packed]
         [[((2, 2, 16), 21)]]
+        >>> uneven = lm_windows(samples * 2, 2, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                     num_shards=None, shard_id=None, length=16, last_micro_batch=1)
+        >>> [[tuple(targets.shape) for _, targets in window] for window in uneven]
+        [[(2, 16), (1, 16)], [(2, 16), (1, 16)]]
     """
     if not packing:
         order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-        inputs, targets = _padded_rows([samples[i] for i in order], batch_size, accumulate_step, length)
+        inputs, targets = _padded_rows([samples[i] for i in order], length)
         documents = (targets != PAD).any(axis=-1).astype(np.int64)
     else:
         reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)  # checks
         order = reading_order(len(samples), 1, shuffle, seed)
         ordered = [samples[i] for i in order]
-        window = batch_size * accumulate_step * (num_shards or 1) if within_windows else None
-        rows = first_fit([len(sample) - 1 for sample in ordered], length, window)
+        span = batch_size * (accumulate_step - 1) + (last_micro_batch or batch_size)
+        rows = first_fit([len(sample) - 1 for sample in ordered], length,
+                         span * (num_shards or 1) if within_windows else None)
         taken = reading_order(len(rows), batch_size, False, None, drop_remainder, num_shards, shard_id)
         inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
         documents = inputs[:, 1].max(axis=-1)
-        inputs, targets, documents = _filled(inputs, targets, documents, batch_size)
+    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch)
+    inputs, targets, documents = _filled(inputs, targets, documents, windows[-1][-1][1] if windows else 0)
     if layout is not None:
         layout.update(slots=targets.size, tokens=int(np.count_nonzero(targets != PAD)))
-    return _windows(inputs, targets, documents, batch_size * accumulate_step, batch_size)
+    return _windows(inputs, targets, documents, windows)
 
 
-def _padded_rows(ordered, batch_size, accumulate_step, length):
-    """The samples padded to ``length``, filler rows included: ``(inputs [R, length], targets [R, length])``."""
+def _padded_rows(ordered, length):
+    """The samples, one a row, padded to ``length``: ``(inputs [R, length], targets [R, length])``."""
     if not ordered:
         return np.zeros((0, length), np.int32), np.zeros((0, length), np.int32)
-    pairs = [(x.reshape(-1, length), y.reshape(-1, length))
-             for x, y, _ in window_batches(ordered, batch_size, accumulate_step, multiple=length)]
-    return np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+    return pad_batch(ordered, multiple=length)
 
 
-def _filled(inputs, targets, documents, batch_size):
-    """The rows with all-PAD rows added to fill the last micro-batch (they hold no target and no sample)."""
-    filler = -len(targets) % batch_size
+def _filled(inputs, targets, documents, rows):
+    """The rows with all-PAD rows added up to ``rows`` (they hold no target and no sample)."""
+    filler = rows - len(targets)
     return (np.pad(inputs, ((0, filler),) + ((0, 0),) * (inputs.ndim - 1)), np.pad(targets, ((0, filler), (0, 0))),
             np.pad(documents, (0, filler)))
 
 
-def _windows(inputs, targets, documents, span, batch_size):
-    """Windows of ``span`` rows, in micro-batches of ``batch_size``, each knowing the samples its rows hold."""
-    for start in range(0, len(targets), span):
-        x, y = inputs[start:start + span], targets[start:start + span]
-        k = len(y) // batch_size
-        x, y = x.reshape(k, batch_size, *x.shape[1:]), y.reshape(k, batch_size, *y.shape[1:])
-        yield Window([(ms.Tensor(a), ms.Tensor(b)) for a, b in zip(x, y)], (ms.Tensor(x), ms.Tensor(y)),
-                     samples=int(documents[start:start + span].sum()))
+def _windows(inputs, targets, documents, windows):
+    """The windows of ``data.windows.window_slices``, each knowing the samples its rows hold."""
+    for window in windows:
+        start, stop = window[0][0], window[-1][1]
+        stacked = None
+        if len({b - a for a, b in window}) == 1:  # micro-batches all of one size
+            x, y = inputs[start:stop], targets[start:stop]
+            k = len(window)
+            stacked = ms.Tensor(x.reshape(k, -1, *x.shape[1:])), ms.Tensor(y.reshape(k, -1, *y.shape[1:]))
+        yield Window([(ms.Tensor(inputs[a:b]), ms.Tensor(targets[a:b])) for a, b in window], stacked,
+                     samples=int(documents[start:stop].sum()))
 
 
 def lm_batches(samples, batch_size, length, packing=False):
@@ -239,7 +252,7 @@ def lm_batches(samples, batch_size, length, packing=False):
     else:
         inputs, targets = pad_batch(samples, multiple=length)
     rows = min(batch_size, EVAL_ROWS, len(targets))
-    inputs, targets, _ = _filled(inputs, targets, np.zeros(len(targets)), rows)
+    inputs, targets, _ = _filled(inputs, targets, np.zeros(len(targets)), -(-len(targets) // rows) * rows)
     for start in range(0, len(targets), rows):
         yield ms.Tensor(inputs[start:start + rows]), ms.Tensor(targets[start:start + rows])
 

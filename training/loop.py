@@ -163,9 +163,11 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"window"`` at a fixed N; while N changes (the window
-    step needs a fixed N), ``"in-graph"`` for an optimizer of at most
-    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
+    ``"auto"`` is ``"window"`` at a fixed N of whole micro-batches; while
+    N changes (the window step needs a fixed N) or when each window ends in
+    a smaller micro-batch (``last_micro_batch``: the window step stacks its
+    window into one tensor of one shape), ``"in-graph"`` for an optimizer
+    of at most ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
     step (docs/performance.md#which-driver).
 
@@ -177,12 +179,15 @@ def choose_driver(config, optimizer):
         >>> [choose_driver(TrainConfig(accumulate_step="auto"), nn.SGD(n.trainable_params(), 0.1))
         ...  for n in (small, large)]
         ['in-graph', 'host']
+        >>> choose_driver(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4),
+        ...               nn.SGD(small.trainable_params(), 0.1))
+        'in-graph'
     """
     if config.driver != "auto":
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if config.accumulate_step not in ADAPTIVE:
+    if config.accumulate_step not in ADAPTIVE and config.last_micro_batch is None:
         return "window"
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -294,9 +299,11 @@ def compile_train_step(run, task, config, epoch):
     The weights, the accumulator's buffers and counters stay as they were:
     the graphs are compiled (``Cell.compile``, ``Accumulator.host.compile``),
     not run on data. Returns None in PyNative mode, where nothing compiles
-    ahead. With ``window_step`` (which compiles its own loop) or a first
-    micro-batch shorter than ``batch_size`` (it runs op by op) only the
-    window update compiles ahead.
+    ahead. The micro-step compiles for each size every window repeats
+    (``batch_size``, and ``last_micro_batch`` when the window ends in a
+    smaller one), as the first window holds them; with ``window_step``
+    (which compiles its own loop), or for a micro-batch of another size (it
+    runs op by op), only the window update compiles ahead.
 
     Example:
         >>> from training.config import TrainConfig
@@ -310,8 +317,11 @@ def compile_train_step(run, task, config, epoch):
     started = time.perf_counter()
     with deferred():
         run.compile_window()
-        inputs, labels = next(iter(epoch_windows(config, task, epoch)))[0]
-        if run.window_step is None and labels.shape[0] == config.batch_size:
+        window = next(iter(epoch_windows(config, task, epoch)))
+        sizes = _compiled_sizes(config.batch_size, config.last_micro_batch)
+        # One micro-batch of each size the windows repeat: a Cell keeps a graph per input shape.
+        repeated = {labels.shape[0]: (inputs, labels) for inputs, labels in window if labels.shape[0] in sizes}
+        for inputs, labels in repeated.values() if run.window_step is None else ():
             count = ms.Tensor(task.count(labels), ms.float32)
             extra = () if run.driver == "in-graph" else (_last(run.accumulator),)
             run.micro_step.compile(inputs, labels, count, *extra)
@@ -329,7 +339,12 @@ def _op_by_op():
         ms.set_context(mode=mode)
 
 
-def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows):
+def _compiled_sizes(batch_size, last_micro_batch):
+    """The micro-batch sizes whole windows hold, run compiled: ``batch_size``, and an uneven window's last."""
+    return {batch_size, last_micro_batch or batch_size}
+
+
+def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows, last_micro_batch=None):
     """Trains windows of micro-batches, yielding each window's (summed loss, counted, samples); flushes at the end.
 
     ``count`` is ``Task.count``: each micro-batch's count goes to the
@@ -338,7 +353,10 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     Whole windows (``accumulate_step`` micro-batches of ``batch_size``) go
     through the compiled steps: the window step when the run has one, with
     the micro-batches as the window stacks them (``data.mnist.Window``), or
-    ``train_step`` per micro-batch. What an epoch meets once, its short last
+    ``train_step`` per micro-batch; so does each uneven window's smaller last
+    micro-batch of ``last_micro_batch`` (a second shape the host-stepped
+    drivers compile once; the window step is not built for uneven windows,
+    ``choose_driver``). What an epoch meets once, its short last
     micro-batch or short last window, runs op by op (``eager_step``, in
     PyNative mode): each new shape would compile a graph for one call an
     epoch, which costs far more than running it op by op
@@ -359,7 +377,7 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     """
     for window in windows:
         counts = [count(labels) for _, labels in window]
-        loss_sum = _train_window(run, window, batch_size, accumulate_step, counts)
+        loss_sum = _train_window(run, window, _compiled_sizes(batch_size, last_micro_batch), accumulate_step, counts)
         _follow_updates(run)
         # A Window knows its samples (a padded one holds rows that are none); a plain list has one per row.
         samples = getattr(window, "samples", None)
@@ -371,9 +389,12 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
         _follow_updates(run)
 
 
-def _train_window(run, window, batch_size, accumulate_step, counts):
-    """One window's micro-batches through ``run``'s steps (see ``train_on_windows``); returns its summed loss."""
-    whole = len(window) == accumulate_step and all(labels.shape[0] == batch_size for _, labels in window)
+def _train_window(run, window, sizes, accumulate_step, counts):
+    """One window's micro-batches through ``run``'s steps (see ``train_on_windows``); returns its summed loss.
+
+    ``sizes``: the micro-batch sizes compiled (``_compiled_sizes``); one size, the window step's.
+    """
+    whole = len(window) == accumulate_step and all(labels.shape[0] in sizes for _, labels in window)
     if run.window_step is not None and whole:
         stacked = getattr(window, "stacked", None)
         loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
@@ -381,7 +402,7 @@ def _train_window(run, window, batch_size, accumulate_step, counts):
     losses = []
     for (inputs, labels), micro_count in zip(window, counts):
         micro_count = ms.Tensor(micro_count, ms.float32)
-        if run.window_step is None and labels.shape[0] == batch_size:
+        if run.window_step is None and labels.shape[0] in sizes:
             losses.append(run.train_step(inputs, labels, micro_count))
         else:
             with _op_by_op():
@@ -429,7 +450,8 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
     trained = functools.partial(train_on_windows, run, batch_size=config.batch_size,
-                                accumulate_step=config.first_step, count=task.count)
+                                accumulate_step=config.first_step, count=task.count,
+                                last_micro_batch=config.last_micro_batch)
     probes = []
     if run.critical is not None:
         held_out = held_out_loss(run, task, EVAL_BATCH_SIZE)
@@ -457,7 +479,9 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
 def epoch_windows(config, task, epoch):
     """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply).
 
-    Seeded by ``config.seed + epoch``; under ``distributed``, this rank's shard.
+    Seeded by ``config.seed + epoch``; under ``distributed``, this rank's
+    shard. An uneven config's ``last_micro_batch`` goes to the task's
+    ``train_windows`` (only then: a task of whole windows need not take it).
 
     Example:
         >>> from training.config import TrainConfig
@@ -467,8 +491,9 @@ def epoch_windows(config, task, epoch):
     """
     shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
         else dict(num_shards=None, shard_id=None)
+    uneven = {} if config.last_micro_batch is None else dict(last_micro_batch=config.last_micro_batch)
     return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle,
-                              seed=config.seed + epoch, drop_remainder=config.drop_last, **shard)
+                              seed=config.seed + epoch, drop_remainder=config.drop_last, **shard, **uneven)
 
 
 def check(run, task, config):
@@ -537,7 +562,8 @@ def _driver_description(run, config):
         return "driver window (a fixed N)"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
-    return f"driver {run.driver} (N changes; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
+    why = "N changes" if config.accumulate_step in ADAPTIVE else "a smaller last micro-batch"
+    return f"driver {run.driver} ({why}; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
 
 
 def _quiet(*_):
@@ -592,7 +618,8 @@ def train(config, task, progress=True):
         record["updates"] = int(run.accumulator.update_count)
         if config.tracks_noise or run.scale_rule is not None:
             record["accumulate_step"] = int(run.accumulator.accumulate_step)
-            record["effective_batch_size"] = config.batch_size * record["accumulate_step"] * config.ranks
+            record["effective_batch_size"] = config.effective_batch_size or \
+                config.batch_size * record["accumulate_step"] * config.ranks
         if config.tracks_noise:
             record["noise_scale"] = run.accumulator.noise_scale
         if run.scale_rule is not None:

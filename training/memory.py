@@ -3,7 +3,10 @@
 ``plan_run`` turns a config whose ``batch_size`` is the batch per update
 into one with the measured micro-batch and its N, by
 ``accumulator.plan_micro_batch`` over ``tool_step`` (the tool's own train
-step, built in a child process per size). docs/memory-plan.md#the-tools.
+step, built in a child process per size), or with the micro-batch M of
+``--micro-batch M``; where it does not divide the batch, each window's
+last micro-batch is smaller (docs/mnist-tool.md#uneven-windows).
+docs/memory-plan.md#the-tools.
 """
 import dataclasses
 import json
@@ -12,8 +15,10 @@ import mindspore as ms
 from mindspore import ops
 
 from accumulator import PlanError, plan_micro_batch
+from accumulator.plan import default_candidates
+from training.arguments import in_flags
 from training.checkpoints import UNREADABLE, find_checkpoints
-from training.config import AUTO
+from training.config import ADAPTIVE, AUTO, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
@@ -24,20 +29,22 @@ PROBE_WINDOWS = 3
 
 
 def candidate_sizes(batch):
-    """The divisors of ``batch``, each at least twice the one before, and ``batch``: whole windows of one shape.
+    """The powers of two below ``batch``, and ``batch`` (``accumulator.plan.default_candidates``).
 
-    A size that divides the batch makes every window N micro-batches of one
-    shape, so the tool compiles one train step (docs/memory-plan.md#the-tools).
+    A size that does not divide the batch makes each window end in a
+    smaller micro-batch (``TrainConfig.last_micro_batch``), which the
+    host-stepped drivers compile as a second shape (docs/memory-plan.md#the-tools).
 
     Example:
-        >>> candidate_sizes(96), candidate_sizes(100), candidate_sizes(7)
-        ([1, 2, 4, 8, 16, 32, 96], [1, 2, 4, 10, 20, 50, 100], [1, 7])
+        >>> candidate_sizes(40), candidate_sizes(7)
+        ([1, 2, 4, 8, 16, 32, 40], [1, 2, 4, 7])
     """
-    sizes = [1]
-    for size in range(2, batch + 1):
-        if batch % size == 0 and (size >= 2 * sizes[-1] or size == batch):
-            sizes.append(size)
-    return sizes
+    return default_candidates(batch)
+
+
+def _whole_windows(config, sizes, batch):
+    """``sizes`` that divide ``batch`` when the run needs whole windows (``TrainConfig.whole_windows``), else all."""
+    return [size for size in sizes if batch % size == 0] if config.whole_windows else sizes
 
 
 def tool_step(size, config, batch, make_task, task_args):
@@ -47,7 +54,8 @@ def tool_step(size, config, batch, make_task, task_args):
     ``make_task(*task_args)`` (once per child: the sizes after the first
     reuse it) and ``training.loop.build_run`` for the config
     the run will train with (``planned``: micro-batches of ``size``, N =
-    ``batch // size``, so ``--driver auto`` picks the run's driver), compiles
+    ``ceil(batch / size)``, the last smaller when ``size`` does not divide
+    ``batch``, so ``--driver auto`` picks the run's driver), compiles
     as the run does, runs one evaluation batch (the run's peak may be
     there), and returns a step that trains the first window of epoch 1
     through ``training.loop.train_on_windows``, the loop's own code: the
@@ -60,14 +68,14 @@ def tool_step(size, config, batch, make_task, task_args):
         >>> [(loss_sum > 0, counted, samples) for loss_sum, counted, samples in step()]
         [(True, 8, 8)]
     """
-    config = configure_context(planned(config, size, batch // size))
+    config = configure_context(planned(config, size, batch))
     task = _task(make_task, task_args)
     run = build_run(config, task)
     compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a probe times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     window = next(iter(epoch_windows(config, task, 1)))
-    return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count))
+    return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count, config.last_micro_batch))
 
 
 # The task a probe child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
@@ -82,27 +90,33 @@ def _task(make_task, task_args):
 
 
 def plan_run(config, make_task, task_args):
-    """``config`` with the measured micro-batch and N when it asks for ``micro_batch="auto"``; else ``config``.
+    """``config`` with its micro-batch and N: measured for ``micro_batch="auto"``, M for an int; else ``config``.
 
     Prints the plan's table (on rank 0); the plan goes into ``memory_plan``,
     which the JSON log and the checkpoints keep. With ``resume`` the newest
     checkpoint's micro-batch and N are kept, not measured again. Under
     ``distributed`` each rank measures its share of the batch and all take
     the smallest size chosen (an AllGather). Raises ``TrainingError`` in one
-    line when nothing fits, naming what the smallest size needs.
+    line when nothing fits, naming what the smallest size needs, and when
+    M is more than one rank's batch or, for a run that needs whole windows,
+    does not divide it.
 
     Example:
         >>> from training.config import TrainConfig
         >>> from training.task import toy_task
         >>> plan_run(TrainConfig(batch_size=8), toy_task, ()).batch_size
         8
+        >>> plan_run(TrainConfig(batch_size=20, accumulate_step=1, micro_batch=8), toy_task, ()).batch_description()
+        '8 + 8 + 4 = effective 20'
     """
-    if config.micro_batch != AUTO:
+    if config.micro_batch is None:
         return config
     if config.batch_size % config.ranks:
         raise TrainingError(f"--batch-size {config.batch_size} per update does not split evenly over the "
                             f"{config.ranks} ranks")
     batch = config.batch_size // config.ranks
+    if config.micro_batch != AUTO:
+        return _given(config, config.micro_batch, batch)
     say = print if config.main_rank else _quiet
     if config.resume:
         return _kept(config, batch, say)
@@ -110,7 +124,8 @@ def plan_run(config, make_task, task_args):
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
     try:
-        plan = plan_micro_batch(tool_step, batch, config.memory_budget, candidates=candidate_sizes(batch),
+        plan = plan_micro_batch(tool_step, batch, config.memory_budget,
+                                candidates=_whole_windows(config, candidate_sizes(batch), batch),
                                 args=(probe_config, batch, make_task, task_args), device=config.device_target,
                                 steps=PROBE_WINDOWS, window=True)
     except PlanError as error:
@@ -119,23 +134,40 @@ def plan_run(config, make_task, task_args):
     ranks = f" ({batch} on each of {config.ranks} ranks)" if config.distributed else ""
     say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
         + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
-    return planned(config, size, batch // size, {**plan.record(), "micro_batch": size,
-                                                 "accumulate_step": batch // size})
+    return planned(config, size, batch, {**plan.record(), "micro_batch": size, "accumulate_step": -(-batch // size)})
 
 
-def planned(config, size, steps, plan=None):
-    """``config`` as the run trains it: micro-batches of ``size``, ``steps`` of them a window, and ``plan``.
+def _given(config, size, batch):
+    """``planned`` for ``--micro-batch M``, refused in one line when M does not make one rank's windows."""
+    ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
+    if size > batch:
+        raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
+    if batch % size and config.whole_windows:
+        raise TrainingError(in_flags(f"{config.whole_windows}; --micro-batch {size} does not divide the batch per "
+                                     f"update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
+    return planned(config, size, batch)
 
-    The probes build their run from it too, so they hold the driver and window the run will.
+
+def planned(config, size, batch, plan=None):
+    """``config`` as the run trains it: windows of ``batch`` per rank, in micro-batches of ``size``; and ``plan``.
+
+    N is ``ceil(batch / size)``; where ``size`` does not divide ``batch``
+    the last micro-batch is smaller (``last_micro_batch``), so every window
+    still holds ``batch``. The probes build their run from it too, so they
+    hold the driver and window the run will.
 
     Example:
         >>> from training.config import TrainConfig
-        >>> config = planned(TrainConfig(batch_size=32, accumulate_step=1, micro_batch="auto"), 8, 4)
+        >>> config = planned(TrainConfig(batch_size=32, accumulate_step=1, micro_batch="auto"), 8, 32)
         >>> config.batch_size, config.accumulate_step, config.effective_batch_size, config.micro_batch
         (8, 4, 32, None)
+        >>> planned(TrainConfig(batch_size=20, accumulate_step=1, micro_batch="auto"), 8, 20).batch_description()
+        '8 + 8 + 4 = effective 20'
     """
+    steps = -(-batch // size)
+    last = batch - size * (steps - 1)
     return dataclasses.replace(config, batch_size=size, accumulate_step=steps, micro_batch=None, memory_budget=None,
-                               memory_plan=plan)
+                               memory_plan=plan, last_micro_batch=None if last == size else last)
 
 
 def _kept(config, batch, say):
@@ -146,12 +178,14 @@ def _kept(config, batch, say):
             settings = json.loads(saved["config"])
         except UNREADABLE:
             continue  # resume() warns as it skips it
-        size, steps = settings["batch_size"], settings["accumulate_step"]
-        if steps == AUTO or size * steps != batch:
+        size, steps, last = settings["batch_size"], settings["accumulate_step"], settings.get("last_micro_batch")
+        window = f"{size} x {steps}" if steps in ADAPTIVE else \
+            TrainConfig(batch_size=size, accumulate_step=steps, last_micro_batch=last).window_description()
+        if steps in ADAPTIVE or size * (steps - 1) + (last or size) != batch:  # the batch per update, uneven or not
             raise TrainingError(f"cannot resume with --batch-size {config.batch_size} --micro-batch auto: {path} "
-                                f"was trained with {size} x {steps} per rank")
-        say(f"micro-batch kept from {path}: {size} x {steps} = {batch} per update{' per rank' * config.distributed}")
-        return planned(config, size, steps, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
+                                f"was trained with {window} per rank")
+        say(f"micro-batch kept from {path}: {window} = {batch} per update{' per rank' * config.distributed}")
+        return planned(config, size, batch, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")
 
 

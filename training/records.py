@@ -103,9 +103,8 @@ def summary_line(summary, config):
         ...               "samples_per_second": 3000.0, "effective_batch_size": 64, "updates": 282}, TrainConfig())
         'best test accuracy 95.00% (epoch 2), final 94.00%; 3,000 samples/s; effective batch 64 (32 x 2), 282 updates'
     """
-    ranks = f" x {config.ranks} ranks" if config.distributed else ""
-    batch = (f"effective batch {summary['effective_batch_size']} ({config.batch_size} x {config.accumulate_step}"
-             f"{ranks})" if summary["effective_batch_size"] else f"batch {config.batch_description()}")
+    batch = (f"effective batch {summary['effective_batch_size']} ({config.window_description()})"
+             if summary["effective_batch_size"] else f"batch {config.batch_description()}")
     return (f"best test accuracy {summary['best_accuracy']:.2%} (epoch {summary['best_epoch']}), "
             f"final {summary['final_accuracy']:.2%}; {summary['samples_per_second']:,.0f} samples/s; "
             f"{batch}, {summary['updates']} updates")

@@ -12,6 +12,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import nn, ops
 
+from data.windows import window_slices
 from training.records import epoch_line, summary_line
 
 
@@ -51,7 +52,10 @@ class Task:
         train_windows: ``(batch_size, accumulate_step, *, shuffle, seed,
             drop_remainder, num_shards, shard_id)`` -> one epoch as windows,
             each a list of up to ``accumulate_step`` ``(inputs, labels)``
-            Tensor pairs (``num_shards`` None: no sharding). A window may
+            Tensor pairs (``num_shards`` None: no sharding). An uneven run
+            (``TrainConfig.last_micro_batch``) also passes
+            ``last_micro_batch``, the size of each whole window's last
+            micro-batch (``data.windows.window_slices``). A window may
             also carry ``stacked``, the same micro-batches as one ``(inputs
             [k, b, ...], labels [k, b])`` pair, which the window step then
             takes as it is (``data.mnist.Window``).
@@ -105,7 +109,8 @@ def toy_task(samples=8):
 
     The same points serve as test split. For examples and quick checks of the
     loop: it shuffles by ``seed``, deals shards in turn (without MNIST's
-    padding), drops a short last batch on request, and trains ``nn.Dense(4, 2)``.
+    padding), drops a short last batch on request, cuts uneven windows
+    when given ``last_micro_batch``, and trains ``nn.Dense(4, 2)``.
 
     Example:
         >>> task = toy_task()
@@ -113,24 +118,31 @@ def toy_task(samples=8):
         ...                              num_shards=None, shard_id=None)
         >>> [[labels.shape[0] for _, labels in window] for window in windows]
         [[3, 3], [2]]
+        >>> windows = task.train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
+        ...                              num_shards=None, shard_id=None, last_micro_batch=1)
+        >>> [[labels.shape[0] for _, labels in window] for window in windows]
+        [[3, 1], [3, 1]]
     """
     points = np.random.default_rng(0).normal(size=(samples, 4)).astype(np.float32)
     classes = (points[:, 0] > 0).astype(np.int32)
 
-    def batches(order, batch_size):
-        chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-        return [(ms.Tensor(points[chunk]), ms.Tensor(classes[chunk])) for chunk in chunks]
+    def batch(chunk):
+        return ms.Tensor(points[chunk]), ms.Tensor(classes[chunk])
 
-    def train_windows(batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id):
+    def train_windows(batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
+                      last_micro_batch=None):
         order = np.random.default_rng(seed).permutation(samples) if shuffle else np.arange(samples)
         if num_shards is not None:
             order = order[shard_id::num_shards]
         if drop_remainder:
             order = order[:len(order) - len(order) % batch_size]
-        micro_batches = batches(order, batch_size)
-        return [micro_batches[start:start + accumulate_step] for start in range(0, len(micro_batches), accumulate_step)]
+        return [[batch(order[start:stop]) for start, stop in window]
+                for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch)]
+
+    def test_batches(batch_size):
+        return [batch(np.arange(start, min(start + batch_size, samples))) for start in range(0, samples, batch_size)]
 
     return Task(description=f"toy: {samples} train / {samples} test samples", train_samples=samples,
                 make_net=lambda: nn.Dense(4, 2),
                 make_loss=lambda: nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum"),
-                train_windows=train_windows, test_batches=lambda batch_size: batches(np.arange(samples), batch_size))
+                train_windows=train_windows, test_batches=test_batches)

@@ -1,0 +1,36 @@
+"""How an epoch's rows are cut into accumulation windows of micro-batches, even or uneven.
+
+Every pipeline (``training.task.toy_task``, ``data.mnist.mnist_windows``,
+``training.lm.lm_windows``) cuts its epoch here, so all of them cut alike.
+"""
+from common.checks import positive_int
+
+
+def window_slices(n, batch_size, accumulate_step, last_micro_batch=None):
+    """``n`` rows in windows, each a list of ``(start, stop)`` row bounds, one per micro-batch.
+
+    A whole window holds ``accumulate_step`` micro-batches of ``batch_size``
+    rows, the last of them ``last_micro_batch`` rows when given (an uneven
+    window, which still holds the batch per update exactly:
+    docs/mnist-tool.md#uneven-windows). The epoch's last window holds
+    what is left, in the same micro-batches; its last ``stop`` may pass
+    ``n``: slicing cuts it short, and a pipeline that fills its last
+    micro-batch (the language model's all-PAD rows) fills it up to there.
+
+    Example:
+        >>> window_slices(26, 8, 3, last_micro_batch=4)
+        [[(0, 8), (8, 16), (16, 20)], [(20, 28)]]
+        >>> window_slices(10, 3, 2)
+        [[(0, 3), (3, 6)], [(6, 9), (9, 12)]]
+    """
+    sizes = [positive_int(batch_size, "batch_size")] * (positive_int(accumulate_step, "accumulate_step") - 1)
+    sizes.append(batch_size if last_micro_batch is None else positive_int(last_micro_batch, "last_micro_batch"))
+    windows = []
+    for start in range(0, n, sum(sizes)):
+        bounds = [start]
+        for size in sizes:
+            if bounds[-1] >= n:
+                break
+            bounds.append(bounds[-1] + size)
+        windows.append(list(zip(bounds, bounds[1:])))
+    return windows
