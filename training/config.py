@@ -20,7 +20,7 @@ DEVICES = ("CPU", "GPU", "Ascend")
 AUTO = "auto"
 AUTO_STEPS = (1, 64)
 PROBE_INTERVAL = 4096
-PROBE_TOLERANCE = 0.02
+PROBE_TOLERANCE = 0.1
 # accumulate_step="noise": N follows the measured gradient noise scale within these bounds
 # (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
 NOISE = "noise"
