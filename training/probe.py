@@ -20,7 +20,7 @@ import itertools
 import time
 
 from accumulator import CriticalBatchSchedule, training_state
-from training.config import AUTO_STEPS, PROBE_INTERVAL, PROBE_TOLERANCE
+from training.config import AUTO_STEPS, PROBE_HELD_OUT, PROBE_INTERVAL, PROBE_TOLERANCE
 
 
 def measured_schedule(config):
@@ -59,7 +59,9 @@ class _Until:
 
 
 def held_out_loss(run, task, batch_size):
-    """``() -> float``: the loss per count (``Task.count``) on the first test batch of ``batch_size``, a fixed one.
+    """``() -> float``: the loss per count (``Task.count``) on the first test batch, a fixed one.
+
+    The batch holds ``batch_size`` samples, at most ``PROBE_HELD_OUT``.
 
     Example:
         >>> from training.config import TrainConfig
@@ -69,7 +71,7 @@ def held_out_loss(run, task, batch_size):
         >>> loss() == loss() > 0
         True
     """
-    inputs, labels = next(iter(task.test_batches(batch_size)))
+    inputs, labels = next(iter(task.test_batches(min(batch_size, PROBE_HELD_OUT))))
     count = task.count(labels)
 
     def loss():
