@@ -1,12 +1,12 @@
 """The measured window: N chosen by short branched runs, the critical batch (docs/batch-size.md#the-measured-window).
 
 At the start of training and then at growing gaps of samples (or tokens)
-seen, ``CriticalBatchSchedule.probe`` trains the same next
-samples from the same state once per candidate window, N and 2N by default,
-and compares their losses on a fixed held-out batch: the largest window that
-loses at most ``tolerance`` of the smallest one's progress is the critical
-window, and training goes on from that branch's state. N only grows, within
-the bounds.
+seen, ``CriticalBatchSchedule.probe`` trains the same next samples from the
+same state once per candidate window, N and 2N by default, and compares
+their losses on a fixed held-out batch: the largest window that loses at
+most ``tolerance`` of the smallest one's progress is the critical window,
+and training goes on from that branch's state. N only grows, within the
+bounds.
 
 A branch starts from a ``snapshot_state`` of the run's state (``training_state``:
 weights, optimizer moments, the accumulator and its policies, the scale
@@ -86,13 +86,12 @@ class CriticalBatchSchedule:
     probes are at 0, ``interval``, 3 ``interval``, 7 ``interval``, ... (the
     critical batch rises fast early and then levels off; with one doubling
     a probe, N grows at most as fast as the samples seen). ``min_step`` and
-    ``max_step`` bound N;
-    ``first_step`` (default ``min_step``) is where it starts. A probe reads
-    the held-out loss, then trains ``branches`` windows, N, 2N, 4N, ... up to
-    ``max_step``, for ``branch_windows`` windows of the largest each
-    (``branch_length()`` micro-batches, the same ones for every branch), and
-    keeps the largest window that ``keeps_pace`` with the smallest, every
-    window below it passing too.
+    ``max_step`` bound N; ``first_step`` (default ``min_step``) is where it
+    starts. A probe reads the held-out loss, then trains ``branches``
+    windows, N, 2N, 4N, ... up to ``max_step``, for ``branch_windows``
+    windows of the largest each (``branch_length()`` micro-batches, the same
+    ones for every branch), and keeps the largest window that ``keeps_pace``
+    with the smallest, every window below it passing too.
 
     Its state (N and the probes made) is the accumulator's after ``bind``,
     so checkpoints hold it; before ``load_checkpoint``, call

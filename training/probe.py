@@ -3,9 +3,10 @@
 The run's ``accumulator.CriticalBatchSchedule`` says when a probe is due,
 in what the task counts (samples, or a language model's tokens, over all
 ranks). The epoch's windows are trained as usual up to the first window
-boundary at or past that point; then the next ``branch_length()``
+boundary at or past that point; then the held-out loss is read (the first
+test samples, at most ``PROBE_HELD_OUT``), the next ``branch_length()``
 micro-batches are trained once per candidate window from the same state,
-each branch's loss is read on the first held-out batch, and the epoch goes
+each branch's held-out loss is read, and the epoch goes
 on from the chosen branch's state with the data position past those
 micro-batches: the chosen branch's work is kept, only the others' is spent
 (docs/batch-size.md#the-measured-window). A probe that would reach past the
