@@ -2,10 +2,11 @@
 
 At the start of training and then at growing gaps of samples (or tokens)
 seen, ``CriticalBatchSchedule.probe`` trains the same next samples from the
-same state once per candidate window N, 2N, 4N, ..., and compares their
-losses on a fixed held-out batch: the largest window whose loss stays within
-``tolerance`` of the smallest one's is the critical window, and training goes
-on from that branch's state. N only grows, within the bounds.
+same state once per candidate window, N and 2N by default, and compares
+their losses on a fixed held-out batch: the largest window that loses at
+most ``tolerance`` of the smallest one's progress is the critical window,
+and training goes on from that branch's state. N only grows, within the
+bounds.
 
 A branch starts from a ``snapshot_state`` of the run's state (``training_state``:
 weights, optimizer moments, the accumulator and its policies, the scale
@@ -83,13 +84,14 @@ class CriticalBatchSchedule:
     ``interval``: the samples (or tokens: whatever the caller counts) seen
     before the second probe; each later gap is twice the one before, so
     probes are at 0, ``interval``, 3 ``interval``, 7 ``interval``, ... (the
-    critical batch rises fast early and then levels off). ``min_step`` and
+    critical batch rises fast early and then levels off; with one doubling
+    a probe, N grows at most as fast as the samples seen). ``min_step`` and
     ``max_step`` bound N; ``first_step`` (default ``min_step``) is where it
-    starts. A probe trains ``branches`` windows, N, 2N, 4N, ... up to
-    ``max_step``, for ``branch_windows`` windows of the largest each
-    (``branch_length()`` micro-batches, the same ones for every branch), and
-    keeps the largest window whose held-out loss is at most ``1 +
-    tolerance`` times the smallest's, every window below it passing too.
+    starts. A probe reads the held-out loss, then trains ``branches``
+    windows, N, 2N, 4N, ... up to ``max_step``, for ``branch_windows``
+    windows of the largest each (``branch_length()`` micro-batches, the same
+    ones for every branch), and keeps the largest window that ``keeps_pace``
+    with the smallest, every window below it passing too.
 
     Its state (N and the probes made) is the accumulator's after ``bind``,
     so checkpoints hold it; before ``load_checkpoint``, call
@@ -99,12 +101,12 @@ class CriticalBatchSchedule:
     Example:
         >>> from mindspore import nn
         >>> from accumulator import Accumulator
-        >>> schedule = CriticalBatchSchedule(interval=1000, max_step=16, tolerance=0.05)
+        >>> schedule = CriticalBatchSchedule(interval=1000, max_step=16, tolerance=0.1)
         >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), schedule)
         >>> schedule.bind(accumulator)
         >>> schedule.should_probe(0), schedule.windows()
-        (True, [1, 2, 4])
-        >>> schedule.choose({1: 0.50, 2: 0.51, 4: 0.60})     # 4's loss is 20% above 1's: N = 2
+        (True, [1, 2])
+        >>> schedule.choose({1: 0.50, 2: 0.51}, start_loss=0.70)   # 2 lost 5% of 1's progress: N = 2
         2
         >>> int(accumulator.accumulate_step), schedule.should_probe(999), schedule.should_probe(1000)
         (2, False, True)
@@ -114,8 +116,8 @@ class CriticalBatchSchedule:
         ValueError: tolerance must be a number in (0, 1), got 1.5
     """
 
-    def __init__(self, interval: int, min_step: int = 1, max_step: int = 64, tolerance: float = 0.02,
-                 branches: int = 3, branch_windows: int = 4, first_step=None) -> None:
+    def __init__(self, interval: int, min_step: int = 1, max_step: int = 64, tolerance: float = 0.1,
+                 branches: int = 2, branch_windows: int = 4, first_step=None) -> None:
         self.interval = positive_int(interval, "interval")
         self.min_step = positive_int(min_step, "min_step")
         self.max_step = positive_int(max_step, "max_step")
@@ -172,7 +174,7 @@ class CriticalBatchSchedule:
         """The windows the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
 
         Example:
-            >>> CriticalBatchSchedule(interval=10, first_step=16, max_step=40).windows()
+            >>> CriticalBatchSchedule(interval=10, first_step=16, max_step=40, branches=3).windows()
             [16, 32, 40]
         """
         found = []
@@ -188,8 +190,8 @@ class CriticalBatchSchedule:
         A multiple of every window compared, so every branch ends on a whole window.
 
         Example:
-            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # windows 1, 2, 4
-            16
+            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # windows 1, 2
+            8
         """
         windows = self.windows()
         length = self.branch_windows * windows[-1]
@@ -215,7 +217,7 @@ class CriticalBatchSchedule:
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=100)
-            >>> _ = schedule.choose({1: 1.0})
+            >>> _ = schedule.choose({1: 1.0}, start_loss=2.0)
             >>> schedule.next_probe()
             100
         """
@@ -223,23 +225,41 @@ class CriticalBatchSchedule:
             return None
         return self.interval * (2 ** int(self.probes) - 1)
 
-    def choose(self, losses_by_window: Mapping[int, float]) -> int:
-        """Sets N from a probe's held-out losses ``{window: loss}`` and counts the probe; returns the new N.
+    def keeps_pace(self, start_loss: float, smallest_loss: float, loss: float) -> bool:
+        """True when a window whose held-out loss is ``loss`` lost at most ``tolerance`` of the smallest's progress.
 
-        The windows are compared in increasing order against the smallest's
-        loss: each within ``1 + tolerance`` times it passes, and the largest
-        of the run of passing windows from the smallest up is chosen. N
-        never shrinks and stays within the bounds. Under data parallel, give
-        every rank the same losses (averaged over ranks) and each takes the
-        same decision.
+        The progress is how far the smallest window's branch brought the
+        held-out loss down from ``start_loss``, the probe's start: with the
+        same samples seen, a larger window keeps pace while those samples buy
+        at least ``1 - tolerance`` of it (docs/batch-size.md#the-measured-window).
+        Where the smallest made no progress, the larger must do no worse.
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=10, tolerance=0.1)
-            >>> schedule.choose({1: 2.0, 2: 2.1, 4: 2.3, 8: 2.1})    # 4 fails: 8 is not reached
+            >>> schedule.keeps_pace(2.0, 1.0, 1.1), schedule.keeps_pace(2.0, 1.0, 1.11)
+            (True, False)
+            >>> schedule.keeps_pace(1.0, 1.2, 1.2), schedule.keeps_pace(1.0, 1.2, 1.21)
+            (True, False)
+        """
+        return loss <= smallest_loss + self.tolerance * max(start_loss - smallest_loss, 0.0)
+
+    def choose(self, losses_by_window: Mapping[int, float], start_loss: float) -> int:
+        """Sets N from a probe's held-out losses ``{window: loss}`` and ``start_loss``, counts the probe; returns N.
+
+        ``start_loss``: the held-out loss at the probe's start. The windows
+        are compared in increasing order with the smallest (``keeps_pace``),
+        and the largest of the run of passing windows from the smallest up is
+        chosen. N never shrinks and stays within the bounds. Under data
+        parallel, give every rank the same losses (averaged over ranks) and
+        each takes the same decision.
+
+        Example:
+            >>> schedule = CriticalBatchSchedule(interval=10, tolerance=0.1)
+            >>> schedule.choose({1: 2.0, 2: 2.1, 4: 2.3, 8: 2.1}, start_loss=3.0)    # 4 fails: 8 is not reached
             2
-            >>> schedule.choose({2: 1.0})
+            >>> schedule.choose({2: 1.0}, start_loss=3.0)
             2
-            >>> schedule.choose({4: float("nan")})
+            >>> schedule.choose({4: float("nan")}, start_loss=3.0)
             Traceback (most recent call last):
             ...
             ValueError: losses_by_window must map windows (ints >= 1) to finite losses, got {4: nan}
@@ -248,10 +268,11 @@ class CriticalBatchSchedule:
         if not windows or not all(_window(w) and _finite(losses_by_window[w]) for w in windows):
             raise ValueError(f"losses_by_window must map windows (ints >= 1) to finite losses, "
                              f"got {dict(losses_by_window)!r}")
-        limit = float(losses_by_window[windows[0]]) * (1 + self.tolerance)
-        chosen = windows[0]
+        if not _finite(start_loss):
+            raise ValueError(f"start_loss must be a finite loss, got {start_loss!r}")
+        smallest, chosen = float(losses_by_window[windows[0]]), windows[0]
         for window in windows[1:]:
-            if float(losses_by_window[window]) > limit:
+            if not self.keeps_pace(float(start_loss), smallest, float(losses_by_window[window])):
                 break
             chosen = window
         chosen = min(max(chosen, self.current, self.min_step), self.max_step)
@@ -279,21 +300,22 @@ class CriticalBatchSchedule:
             self.accumulator.host.sync_position()
 
     def probe(self, state: Mapping[str, Parameter], train_branch: Callable[[int], object],
-              held_out_loss: Callable[[], float], read=None) -> Dict[int, dict]:
-        """Runs the branches from the same state, goes on from the chosen one's; returns ``{window: record}``.
+              held_out_loss: Callable[[], float], read=None) -> Dict[str, object]:
+        """Runs the branches from the same state, goes on from the chosen one's; returns the losses it compared.
 
         ``state``: ``training_state(...)`` of the run, the bound accumulator
-        included. For each window of ``windows()``, in increasing order:
-        restores the state as it was, sets N, calls ``train_branch(window)``,
-        which must train the same next ``branch_length()`` micro-batches
-        (its data position is the caller's), and reads ``held_out_loss()``,
-        the loss on a fixed held-out batch (averaged over ranks under data
-        parallel). A window past the first that fails ends the probe: the
-        ones above it cannot be chosen. The run then holds the chosen
-        branch's state exactly, and N is ``choose``'s. Each record holds
-        ``"loss"`` and, with ``read``, whatever ``read()`` returns at the
-        branch's end (the noise scale, say). Needs a window boundary: the
-        accumulator's window empty.
+        included. Reads ``held_out_loss()``, the loss on a fixed held-out
+        batch (averaged over ranks under data parallel); then for each
+        window of ``windows()``, in increasing order: restores the state as
+        it was, sets N, calls ``train_branch(window)``, which must train the
+        same next ``branch_length()`` micro-batches (its data position is the
+        caller's), and reads ``held_out_loss()`` again. A window past the
+        first that fails ``keeps_pace`` ends the probe: the ones above it
+        cannot be chosen. The run then holds the chosen branch's state
+        exactly, and N is ``choose``'s. Returns ``{"start_loss", "branches":
+        {window: record}}``; each record holds ``"loss"`` and, with ``read``,
+        whatever ``read()`` returns at the branch's end (the noise scale,
+        say). Needs a window boundary: the accumulator's window empty.
 
         Example: a branch that trains nothing leaves every loss equal, so the largest window wins.
             >>> from mindspore import nn
@@ -303,10 +325,10 @@ class CriticalBatchSchedule:
             >>> schedule = CriticalBatchSchedule(interval=10, max_step=8)
             >>> accumulator = Accumulator(optimizer, schedule)
             >>> schedule.bind(accumulator)
-            >>> records = schedule.probe(training_state(net, optimizer, accumulator), lambda window: None,
-            ...                          lambda: 1.0)
-            >>> records, schedule.current
-            ({1: {'loss': 1.0}, 2: {'loss': 1.0}, 4: {'loss': 1.0}}, 4)
+            >>> probed = schedule.probe(training_state(net, optimizer, accumulator), lambda window: None,
+            ...                         lambda: 1.0)
+            >>> probed, schedule.current
+            ({'start_loss': 1.0, 'branches': {1: {'loss': 1.0}, 2: {'loss': 1.0}}}, 2)
         """
         if self.accumulator is None:
             raise ValueError("probe needs the accumulator: call bind(accumulator) first")
@@ -315,7 +337,7 @@ class CriticalBatchSchedule:
                              "micro-batches")
         own = {param.name for param in self.state_parameters()}
         state = {name: param for name, param in state.items() if name not in own}  # choose() sets these
-        start, kept, records = snapshot_state(state), None, {}
+        start_loss, start, kept, records = float(held_out_loss()), snapshot_state(state), None, {}
         windows = self.windows()
         for window in windows:
             restore_state(state, start)
@@ -323,13 +345,13 @@ class CriticalBatchSchedule:
             train_branch(window)
             loss = float(held_out_loss())
             records[window] = {"loss": loss, **(read() if read is not None else {})}
-            if window != windows[0] and loss > records[windows[0]]["loss"] * (1 + self.tolerance):
+            if window != windows[0] and not self.keeps_pace(start_loss, records[windows[0]]["loss"], loss):
                 break
             kept = snapshot_state(state)
         restore_state(state, kept)
         self.set_window(windows[0])  # N as before the probe, for choose() to grow from
-        self.choose({window: record["loss"] for window, record in records.items()})
-        return records
+        self.choose({window: record["loss"] for window, record in records.items()}, start_loss)
+        return {"start_loss": start_loss, "branches": records}
 
     def load_window(self, path: str) -> None:
         """Sets N and the probes made from the checkpoint at ``path``, before ``load_checkpoint`` checks N against them.
@@ -345,7 +367,7 @@ class CriticalBatchSchedule:
             >>> schedule = CriticalBatchSchedule(interval=10)
             >>> accumulator = Accumulator(optimizer, schedule)
             >>> schedule.bind(accumulator)
-            >>> _ = schedule.choose({1: 1.0, 2: 1.0})
+            >>> _ = schedule.choose({1: 1.0, 2: 1.0}, start_loss=2.0)
             >>> path = os.path.join(tempfile.mkdtemp(), "last.ckpt")
             >>> save_checkpoint(path, net, optimizer, accumulator)
             >>> fresh = CriticalBatchSchedule(interval=10)

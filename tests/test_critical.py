@@ -15,20 +15,29 @@ def bound_schedule(**settings):
     return schedule
 
 
-def test_the_largest_window_within_tolerance_of_the_smallest_is_chosen():
+def test_the_largest_window_that_keeps_pace_with_the_smallest_is_chosen():
     schedule = bound_schedule(tolerance=0.05, max_step=64)
-    assert schedule.choose({1: 1.00, 2: 1.05, 4: 1.06}) == 2   # 1.05 is within 5% of 1.00, 1.06 is not
-    assert schedule.choose({2: 1.0, 4: 0.9, 8: 0.95}) == 8      # lower losses pass too
-    assert schedule.choose({8: 1.0, 16: 1.2, 32: 1.0}) == 8     # 32 is past a window that failed
+    # From 2.0, window 1 reached 1.0: a window may lose 5% of that progress, 0.05
+    assert schedule.choose({1: 1.00, 2: 1.05, 4: 1.06}, start_loss=2.0) == 2
+    assert schedule.choose({2: 1.0, 4: 0.9, 8: 0.95}, start_loss=2.0) == 8      # lower losses pass too
+    assert schedule.choose({8: 1.0, 16: 1.2, 32: 1.0}, start_loss=2.0) == 8     # 32 is past a window that failed
+
+
+def test_the_tolerance_is_a_share_of_the_progress_not_of_the_loss():
+    # Early, a loss of 2.2 from 2.3: 2's 2.21 is within 1% of the loss but lost a tenth of the progress
+    assert bound_schedule(tolerance=0.05).choose({1: 2.20, 2: 2.21}, start_loss=2.3) == 1
+    assert bound_schedule(tolerance=0.05).choose({1: 2.20, 2: 2.204}, start_loss=2.3) == 2
+    # No progress at the smallest window: a larger one must do no worse
+    assert bound_schedule(tolerance=0.05).choose({1: 1.0, 2: 1.001}, start_loss=0.9) == 1
 
 
 def test_n_only_grows_within_the_bounds():
     schedule = bound_schedule(min_step=2, max_step=12, branches=3)
     assert schedule.current == 2 and schedule.windows() == [2, 4, 8]
-    assert schedule.choose({8: 1.0}) == 8
-    assert schedule.choose({2: 1.0}) == 8                       # a smaller window's result does not shrink N
+    assert schedule.choose({8: 1.0}, start_loss=2.0) == 8
+    assert schedule.choose({2: 1.0}, start_loss=2.0) == 8                   # a smaller window's does not shrink N
     assert schedule.windows() == [8, 12]
-    assert schedule.choose({8: 1.0, 12: 1.0, 20: 1.0}) == 12     # the upper bound holds
+    assert schedule.choose({8: 1.0, 12: 1.0, 20: 1.0}, start_loss=2.0) == 12  # the upper bound holds
     assert not schedule.should_probe(10 ** 9)                   # at the bound: nothing left to measure
 
 
@@ -38,7 +47,7 @@ def test_probes_come_at_doubling_gaps_of_samples_seen():
     for seen in range(0, 1600, 50):
         if schedule.should_probe(seen):
             due.append(seen)
-            schedule.choose({schedule.current: 1.0})
+            schedule.choose({schedule.current: 1.0}, start_loss=2.0)
     assert due == [0, 100, 300, 700, 1500]
 
 
@@ -59,7 +68,9 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
 def test_bad_losses_change_nothing():
     schedule = bound_schedule()
     with pytest.raises(ValueError, match="finite losses"):
-        schedule.choose({1: 1.0, 2: float("inf")})
+        schedule.choose({1: 1.0, 2: float("inf")}, start_loss=2.0)
+    with pytest.raises(ValueError, match="start_loss must be a finite loss, got nan"):
+        schedule.choose({1: 1.0, 2: 1.0}, start_loss=float("nan"))
     assert schedule.current == 1 and schedule.should_probe(0)
 
 
@@ -91,15 +102,22 @@ class ToyRun:
 def probed_run(micro_batches, held_out, penalty_above):
     """A run that probes windows 1 and 2 on the first four micro-batches, then trains the rest.
 
-    ``penalty_above``: the held-out loss of a window above it is raised by 1, which decides the probe.
+    ``penalty_above``: the held-out loss of a window above it is raised by 10, which decides the probe; the
+    start's is raised by 10 too, so that every window makes progress enough for the others to keep pace.
     """
     run = ToyRun()
     probe_batches, rest = micro_batches[:4], micro_batches[4:]
-    records = run.schedule.probe(training_state(run.net, run.optimizer, run.accumulator),
-                                 lambda window: run.train(probe_batches),
-                                 lambda: run.held_out_loss(*held_out) + (run.schedule.current > penalty_above))
+    reads = []
+
+    def held_out_loss():
+        reads.append(run.schedule.current)
+        penalised = len(reads) == 1 or run.schedule.current > penalty_above
+        return run.held_out_loss(*held_out) + 10 * penalised
+
+    probed = run.schedule.probe(training_state(run.net, run.optimizer, run.accumulator),
+                                lambda window: run.train(probe_batches), held_out_loss)
     run.train(rest)
-    return run, records
+    return run, probed["branches"]
 
 
 def test_a_probe_that_keeps_n_leaves_the_run_bit_identical():

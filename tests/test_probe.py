@@ -1,5 +1,6 @@
 """training.probe: ``--accumulate-step auto`` in the tools. A probe that keeps N trains the epoch exactly as N = 1
 does, its branch's work kept; probes are logged and drawn; a run interrupted mid-probe resumes to the same end."""
+import dataclasses
 import json
 
 import mindspore as ms
@@ -8,8 +9,9 @@ import pytest
 
 from accumulator import CriticalBatchSchedule
 from training.checkpoints import checkpoint_path
-from training.config import TrainConfig
+from training.config import PROBE_HELD_OUT, TrainConfig
 from training.loop import build_run, train_epoch
+from training.probe import held_out_loss
 from training.records import probe_points, write_plot
 from training.task import toy_task
 
@@ -38,6 +40,14 @@ def test_an_epoch_whose_probe_keeps_n_trains_as_n_1_does_and_logs_the_probe(tmp_
     assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_the_probes_read_at_most_probe_held_out_test_samples():
+    task, sizes = toy_task(), []
+    counted = dataclasses.replace(task, test_batches=lambda size: sizes.append(size) or task.test_batches(size))
+    held_out_loss(build_run(TrainConfig(mode="pynative"), task), counted, 1000)
+    held_out_loss(build_run(TrainConfig(mode="pynative"), task), counted, 8)
+    assert sizes == [PROBE_HELD_OUT, 8]
+
+
 @pytest.mark.slow  # end to end: four runs of the MNIST tool
 def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_mnist_dir, tmp_path, train_mnist_run,
                                                                       monkeypatch):
@@ -46,7 +56,7 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
     ckpt_dir = str(tmp_path / "cut")
     train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
 
-    def interrupted(self, losses_by_window):  # epoch 2's first probe, its branches trained
+    def interrupted(self, losses_by_window, start_loss):  # epoch 2's first probe, its branches trained
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:

@@ -124,8 +124,8 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                "the first probe of the window and the second; each gap after is twice the one "
                                f"before (default {PROBE_INTERVAL})")
     training.add_argument("--probe-tolerance", type=positive_float, default=None, metavar="F",
-                          help="with --accumulate-step auto: a window is kept while its held-out loss after the "
-                               f"probe is within 1 + F times the smallest window's, 0 < F < 1 (default "
+                          help="with --accumulate-step auto: a larger window is kept while its samples buy at "
+                               "least 1 - F of the smallest window's drop of the held-out loss, 0 < F < 1 (default "
                                f"{PROBE_TOLERANCE})")
     training.add_argument("--scale-rule", type=one_of(*SCALE_RULES), default="none",
                           metavar="{" + ",".join(SCALE_RULES) + "}",

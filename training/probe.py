@@ -3,9 +3,10 @@
 The run's ``accumulator.CriticalBatchSchedule`` says when a probe is due,
 in what the task counts (samples, or a language model's tokens, over all
 ranks). The epoch's windows are trained as usual up to the first window
-boundary at or past that point; then the next ``branch_length()``
+boundary at or past that point; then the held-out loss is read (the first
+test samples, at most ``PROBE_HELD_OUT``), the next ``branch_length()``
 micro-batches are trained once per candidate window from the same state,
-each branch's loss is read on the first held-out batch, and the epoch goes
+each branch's held-out loss is read, and the epoch goes
 on from the chosen branch's state with the data position past those
 micro-batches: the chosen branch's work is kept, only the others' is spent
 (docs/batch-size.md#the-measured-window). A probe that would reach past the
@@ -20,7 +21,7 @@ import itertools
 import time
 
 from accumulator import CriticalBatchSchedule, training_state
-from training.config import AUTO_STEPS, PROBE_INTERVAL, PROBE_TOLERANCE
+from training.config import AUTO_STEPS, PROBE_HELD_OUT, PROBE_INTERVAL, PROBE_TOLERANCE
 
 
 def measured_schedule(config):
@@ -30,7 +31,7 @@ def measured_schedule(config):
         >>> from training.config import TrainConfig
         >>> schedule = measured_schedule(TrainConfig(accumulate_step="auto", probe_interval=512))
         >>> schedule.interval, schedule.tolerance, schedule.windows()
-        (512, 0.02, [1, 2, 4])
+        (512, 0.1, [1, 2])
     """
     interval = PROBE_INTERVAL if config.probe_interval is None else config.probe_interval
     tolerance = PROBE_TOLERANCE if config.probe_tolerance is None else config.probe_tolerance
@@ -59,7 +60,9 @@ class _Until:
 
 
 def held_out_loss(run, task, batch_size):
-    """``() -> float``: the loss per count (``Task.count``) on the first test batch of ``batch_size``, a fixed one.
+    """``() -> float``: the loss per count (``Task.count``) on the first test batch, a fixed one.
+
+    The batch holds ``batch_size`` samples, at most ``PROBE_HELD_OUT``.
 
     Example:
         >>> from training.config import TrainConfig
@@ -69,7 +72,7 @@ def held_out_loss(run, task, batch_size):
         >>> loss() == loss() > 0
         True
     """
-    inputs, labels = next(iter(task.test_batches(batch_size)))
+    inputs, labels = next(iter(task.test_batches(min(batch_size, PROBE_HELD_OUT))))
     count = task.count(labels)
 
     def loss():
@@ -84,11 +87,12 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
     ``held_out()``: the held-out loss per count (``held_out_loss``);
     ``seen``: what was counted before these windows, over all ranks. Each
     probe's record (what had been seen, each branch's held-out loss, noise
-    scale and training seconds, the window chosen, the probe's seconds with
-    its snapshots and held-out losses) is appended to ``probes``.
+    scale and training seconds, the window chosen, the micro-batches each
+    branch trained, the probe's seconds with its snapshots and held-out
+    losses) is appended to ``probes``.
 
-    Example: 32 micro-batches of 2 samples; the probe at the start trains 16 of them at N = 1, then N = 2,
-    whose held-out loss is past the tolerance: N = 4 is not tried, N stays 1, and the next probe would be at 64.
+    Example: 32 micro-batches of 2 samples; the probe at the start trains 8 of them at N = 1, then at N = 2,
+    which loses more than the tolerance of N = 1's progress: N stays 1, and the next probe would be at 64.
         >>> from training.config import TrainConfig
         >>> from training.loop import build_run, train_epoch
         >>> from training.task import toy_task
@@ -96,6 +100,8 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
         >>> stats = train_epoch(build_run(config, toy_task(64)), toy_task(64), config, epoch=1, progress=False)
         >>> [(probe["seen"], sorted(probe["losses"]), probe["accumulate_step"]) for probe in stats["probes"]]
         [(0, ['1', '2'], 1)]
+        >>> stats["probes"][0]["micro_batches"]
+        8
         >>> stats["samples"]
         64
     """
@@ -123,12 +129,13 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
 
         started = time.perf_counter()
         seconds = {}
-        records = schedule.probe(training_state(run.net, run.optimizer, run.accumulator,
-                                                lr_scheduler=run.lr_scheduler),
-                                 lambda window: seconds.setdefault(window, branch(window)), held_out,
-                                 read=lambda: {"noise_scale": _noise_scale(run)})
+        probed = schedule.probe(training_state(run.net, run.optimizer, run.accumulator,
+                                               lr_scheduler=run.lr_scheduler),
+                                lambda window: seconds.setdefault(window, branch(window)), held_out,
+                                read=lambda: {"noise_scale": _noise_scale(run)})
         kept = trained[schedule.current]
-        probes.append({**_record(seen, records, schedule.current, sum(output[1] for output in kept) / length, ranks),
+        probes.append({**_record(seen, probed, schedule.current, sum(output[1] for output in kept) / length, ranks),
+                       "micro_batches": length,
                        "branch_seconds": {str(window): value for window, value in seconds.items()},
                        "seconds": time.perf_counter() - started})
         for output in kept:
@@ -158,17 +165,20 @@ def _noise_scale(run):
     return run.accumulator.noise_scale if run.accumulator.noise is not None else None
 
 
-def _record(seen, records, window, per_micro_batch, ranks):
+def _record(seen, probed, window, per_micro_batch, ranks):
     """A probe as the JSON log keeps it: what it compared, what it chose, and B_simple beside it.
 
-    ``critical_batch`` is the chosen window in what the task counts (samples
-    or tokens, over ranks); ``noise_scale`` B_simple as the largest branch
-    read it at its end, in the same unit; ``noise_over_critical`` their ratio.
+    ``start_loss`` is the held-out loss the branches started from,
+    ``losses`` theirs; ``critical_batch`` is the chosen window in what the
+    task counts (samples or tokens, over ranks); ``noise_scale`` B_simple as
+    the largest branch read it at its end, in the same unit;
+    ``noise_over_critical`` their ratio.
     """
+    records = probed["branches"]
     largest = max(records)
     noise = records[largest].get("noise_scale")
     critical = window * ranks * per_micro_batch
-    return {"seen": seen, "losses": {str(w): r["loss"] for w, r in records.items()},
+    return {"seen": seen, "start_loss": probed["start_loss"], "losses": {str(w): r["loss"] for w, r in records.items()},
             "noise_scales": {str(w): r.get("noise_scale") for w, r in records.items()},
             "accumulate_step": window, "critical_batch": critical, "noise_scale": noise,
             "noise_over_critical": None if noise is None else noise / critical}
