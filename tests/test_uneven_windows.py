@@ -42,6 +42,7 @@ def test_windows_of_8_8_4_train_like_batches_of_20_on_the_host_stepped_drivers(d
     assert_same_weights(uneven, large)
 
 
+@pytest.mark.slow  # the MNIST pipeline through train_epoch; the loop's uneven windows are fast on the toy task
 def test_mnist_windows_of_8_8_4_train_like_batches_of_20(synthetic_mnist_dir):
     # The tool's task and pipeline: 200 samples are 10 windows of 20, each 8 + 8 + 4.
     task = mnist_task(synthetic_mnist_dir)

@@ -327,8 +327,8 @@ def compile_train_step(run, task, config, epoch):
             count = ms.Tensor(task.count(labels), ms.float32)
             extra = () if run.driver == "in-graph" else (_last(run.accumulator),)
             run.micro_step.compile(inputs, labels, count, *extra)
-        # A jitted function compiles only by running (docs/mindspore-behaviours.md#a-cell-compiles-without-running-
-        # a-jitted-function-cannot): the first window trains and the state goes back, as a probe's branch does.
+        # A jitted function compiles only by running: the first window trains, the state goes back as after a probe
+        # (docs/mindspore-behaviours.md#a-cell-compiles-without-running-a-jitted-function-cannot).
         if run.window_step is not None:
             state = training_state(run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
             saved = snapshot_state(state)
