@@ -71,7 +71,7 @@ def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatc
 @pytest.mark.slow  # end to end: probes in child processes, then trains and resumes
 def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_resume(
         synthetic_mnist_dir, tmp_path, capsys, monkeypatch, train_mnist_run):
-    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4, 8])  # two children, not five
+    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4, 8])  # two sizes in one child
     ckpt_dir, log = str(tmp_path / "ckpt"), tmp_path / "run.json"
     data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir]
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
@@ -110,7 +110,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
 
 @pytest.mark.slow  # a child process
 def test_a_budget_below_the_smallest_need_is_one_line_naming_it(synthetic_mnist_dir, capsys, monkeypatch):
-    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [2, 4])
+    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [2])  # one child; the descent: test_plan
     with pytest.raises(SystemExit) as caught:
         train_mnist.main(["--data-dir", synthetic_mnist_dir, "--batch-size", "4", "--micro-batch", "auto",
                           "--memory-budget", "64MiB"])

@@ -42,15 +42,6 @@ def test_windows_of_8_8_4_train_like_batches_of_20_on_the_host_stepped_drivers(d
     assert_same_weights(uneven, large)
 
 
-@pytest.mark.slow  # the MNIST pipeline through train_epoch; the loop's uneven windows are fast on the toy task
-def test_mnist_windows_of_8_8_4_train_like_batches_of_20(synthetic_mnist_dir):
-    # The tool's task and pipeline: 200 samples are 10 windows of 20, each 8 + 8 + 4.
-    task = mnist_task(synthetic_mnist_dir)
-    uneven = trained(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4, lr=0.1), task)
-    assert uneven.driver == "in-graph" if len(uneven.optimizer.parameters) <= 8 else "host"
-    assert_same_weights(uneven, trained(TrainConfig(batch_size=20, accumulate_step=1, lr=0.1), task))
-
-
 def rows_of(windows):
     return [[labels.shape[0] for _, labels in window] for window in windows]
 
