@@ -1,6 +1,6 @@
 """The measured window: N chosen by short branched runs, the critical batch (docs/batch-size.md#the-measured-window).
 
-At the start of training and then at growing gaps of samples (or tokens)
+At the start of training, again at once while N grows, then at doubling gaps of samples (or tokens)
 seen, ``CriticalBatchSchedule.probe`` trains the same next samples from the
 same state once per candidate window, N and 2N by default, and compares
 their losses on a fixed held-out batch: the largest window that loses at
@@ -81,11 +81,12 @@ def _fraction(value, name):
 class CriticalBatchSchedule:
     """N for the next window from the losses of short branched runs, never shrinking; pass it as ``accumulate_step``.
 
-    ``interval``: the samples (or tokens: whatever the caller counts) seen
-    before the second probe; each later gap is twice the one before, so
-    probes are at 0, ``interval``, 3 ``interval``, 7 ``interval``, ... (the
-    critical batch rises fast early and then levels off; with one doubling
-    a probe, N grows at most as fast as the samples seen). ``min_step`` and
+    ``interval``: where the probes fall, in samples (or tokens: whatever
+    the caller counts). A probe that grew N is followed by the next at once;
+    the k-th probe that kept N moves the next to ``interval`` x (2^k - 1):
+    0, ``interval``, 3 ``interval``, 7 ``interval``, ... (the critical batch
+    rises fast early and then levels off: N climbs while the larger window
+    keeps pace, then the probes thin out). ``min_step`` and
     ``max_step`` bound N; ``first_step`` (default ``min_step``) is where it
     starts. A probe reads the held-out loss, then trains ``branches``
     windows, N, 2N, 4N, ... up to ``max_step``, for ``branch_windows``
@@ -93,7 +94,7 @@ class CriticalBatchSchedule:
     ones for every branch), and keeps the largest window that ``keeps_pace``
     with the smallest, every window below it passing too.
 
-    Its state (N and the probes made) is the accumulator's after ``bind``,
+    Its state (N and the probes that kept it) is the accumulator's after ``bind``,
     so checkpoints hold it; before ``load_checkpoint``, call
     ``load_window(path)``: the load checks the window against the schedule.
     On the host, between windows: ``should_probe``, ``choose``, ``probe``.
@@ -108,8 +109,12 @@ class CriticalBatchSchedule:
         (True, [1, 2])
         >>> schedule.choose({1: 0.50, 2: 0.51}, start_loss=0.70)   # 2 lost 5% of 1's progress: N = 2
         2
-        >>> int(accumulator.accumulate_step), schedule.should_probe(999), schedule.should_probe(1000)
-        (2, False, True)
+        >>> int(accumulator.accumulate_step), schedule.should_probe(0)   # N grew: the next probe at once
+        (2, True)
+        >>> schedule.choose({2: 0.40, 4: 0.45}, start_loss=0.50)   # 4 lost half of 2's progress: N stays
+        2
+        >>> schedule.should_probe(999), schedule.should_probe(1000)
+        (False, True)
         >>> CriticalBatchSchedule(interval=1000, tolerance=1.5)
         Traceback (most recent call last):
         ...
@@ -132,7 +137,7 @@ class CriticalBatchSchedule:
         if not self.min_step <= first <= self.max_step:
             raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
         self.step = state_parameter(first, ms.int32, "critical_batch.step")
-        self.probes = state_parameter(0, ms.int32, "critical_batch.probes")
+        self.kept = state_parameter(0, ms.int32, "critical_batch.kept")
         self.accumulator = None
 
     def __call__(self, update_count):
@@ -153,8 +158,8 @@ class CriticalBatchSchedule:
         self.accumulator = accumulator
 
     def state_parameters(self):
-        """N and the number of probes made, for checkpoints (``training_state``)."""
-        return [self.step, self.probes]
+        """N and the number of probes that kept it, for checkpoints (``training_state``)."""
+        return [self.step, self.kept]
 
     def window_tensors(self):
         """Nothing to sum across devices: the decision is taken on the host."""
@@ -211,19 +216,24 @@ class CriticalBatchSchedule:
         return due is not None and samples_seen >= due
 
     def next_probe(self):
-        """The samples seen at which the next probe is due, the k-th at ``interval`` x (2^k - 1); None at ``max_step``.
+        """The samples seen at which the next probe is due; None at ``max_step``.
 
-        Read on the host: a loop can compare its count with it and read no device value per micro-batch.
+        ``interval`` x (2^k - 1) after k probes kept N: a probe that grew N
+        leaves it where it was, so the next follows at once. Read on the
+        host: a loop can compare its count with it and read no device value per micro-batch.
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=100)
-            >>> _ = schedule.choose({1: 1.0}, start_loss=2.0)
+            >>> _ = schedule.choose({1: 1.0, 2: 1.0}, start_loss=2.0)   # grew to 2
+            >>> schedule.next_probe()
+            0
+            >>> _ = schedule.choose({2: 1.0, 4: 1.5}, start_loss=2.0)   # kept 2
             >>> schedule.next_probe()
             100
         """
         if self.current >= self.max_step:
             return None
-        return self.interval * (2 ** int(self.probes) - 1)
+        return self.interval * (2 ** int(self.kept) - 1)
 
     def keeps_pace(self, start_loss: float, smallest_loss: float, loss: float) -> bool:
         """True when a window whose held-out loss is ``loss`` lost at most ``tolerance`` of the smallest's progress.
@@ -244,7 +254,7 @@ class CriticalBatchSchedule:
         return loss <= smallest_loss + self.tolerance * max(start_loss - smallest_loss, 0.0)
 
     def choose(self, losses_by_window: Mapping[int, float], start_loss: float) -> int:
-        """Sets N from a probe's held-out losses ``{window: loss}`` and ``start_loss``, counts the probe; returns N.
+        """Sets N from a probe's held-out losses ``{window: loss}`` and ``start_loss``; returns N.
 
         ``start_loss``: the held-out loss at the probe's start. The windows
         are compared in increasing order with the smallest (``keeps_pace``),
@@ -276,8 +286,9 @@ class CriticalBatchSchedule:
                 break
             chosen = window
         chosen = min(max(chosen, self.current, self.min_step), self.max_step)
+        if chosen == self.current:
+            ops.assign(self.kept, self.kept + 1)
         self.set_window(chosen)
-        ops.assign(self.probes, self.probes + 1)
         return chosen
 
     def set_window(self, window: int) -> None:
@@ -354,7 +365,7 @@ class CriticalBatchSchedule:
         return {"start_loss": start_loss, "branches": records}
 
     def load_window(self, path: str) -> None:
-        """Sets N and the probes made from the checkpoint at ``path``, before ``load_checkpoint`` checks N against them.
+        """Sets N and the probes that kept it from the checkpoint at ``path``, before ``load_checkpoint`` checks N.
 
         A checkpoint of a run without this schedule leaves them as they are.
 
@@ -368,6 +379,7 @@ class CriticalBatchSchedule:
             >>> accumulator = Accumulator(optimizer, schedule)
             >>> schedule.bind(accumulator)
             >>> _ = schedule.choose({1: 1.0, 2: 1.0}, start_loss=2.0)
+            >>> _ = schedule.choose({2: 1.0, 4: 1.5}, start_loss=2.0)
             >>> path = os.path.join(tempfile.mkdtemp(), "last.ckpt")
             >>> save_checkpoint(path, net, optimizer, accumulator)
             >>> fresh = CriticalBatchSchedule(interval=10)
@@ -375,12 +387,12 @@ class CriticalBatchSchedule:
             >>> fresh.bind(resumed)
             >>> fresh.load_window(path)
             >>> _ = load_checkpoint(path, net, optimizer, resumed)
-            >>> fresh.current, int(fresh.probes), int(resumed.accumulate_step)
+            >>> fresh.current, int(fresh.kept), int(resumed.accumulate_step)
             (2, 1, 2)
         """
         names = {param.name: param for param in self.state_parameters()}
         saved = ms.load_checkpoint(path, choice_func=lambda name: name in names)
-        if self.probes.name in saved:
-            ops.assign(self.probes, Tensor(saved[self.probes.name].asnumpy()))
+        if self.kept.name in saved:
+            ops.assign(self.kept, Tensor(saved[self.kept.name].asnumpy()))
         if self.step.name in saved:
             self.set_window(int(saved[self.step.name].asnumpy()))

@@ -82,7 +82,27 @@ def _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last):
     return loss_sum
 
 
-def _jit_loop(grad_fn, accumulator, apply, last):
+def _any_length(window):
+    """``window`` compiled with the number of micro-batches dynamic: one graph for every window length.
+
+    A schedule that sets N between windows would otherwise compile a graph per N, seconds each
+    (docs/window-step.md#a-window-that-changes-length). The graph is built at the first call,
+    from its inputs' shapes past the first axis.
+    """
+    compiled = {}
+
+    def call(inputs, counts, micro_steps):
+        key = (tuple((tuple(t.shape[1:]), t.dtype) for t in inputs), counts is None)
+        if key not in compiled:
+            spec = {"inputs": ms.mutable(tuple(Tensor(shape=[None, *t.shape[1:]], dtype=t.dtype) for t in inputs))}
+            if counts is not None:
+                spec["counts"] = Tensor(shape=[None], dtype=counts.dtype)
+            compiled[key] = ms.enable_dynamic(**spec)(ms.jit(window))
+        return compiled[key](inputs, counts, micro_steps)
+    return call
+
+
+def _jit_loop(grad_fn, accumulator, apply, last, any_length=False):
     # Chosen in Python: a constant `if` in the graph's while loop miscompiled
     # (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
     if accumulator.drops_micro_batches:
@@ -96,7 +116,7 @@ def _jit_loop(grad_fn, accumulator, apply, last):
     else:
         def window(inputs, counts, micro_steps):
             return _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, last)
-    return ms.jit(window)
+    return _any_length(window) if any_length else ms.jit(window)
 
 
 def _jit_micro_step(grad_fn, accumulator, last):
@@ -173,9 +193,10 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
         float32 Tensor, and a bool Tensor, True when the optimizer ran.
 
         * ``stacked``: one Tensor per ``grad_fn`` argument, each
-          ``[micro-batches, ...]`` with micro-batch ``i`` at index ``i``. Each
-          new number of micro-batches (such as the epoch's last, shorter
-          window) compiles once more.
+          ``[micro-batches, ...]`` with micro-batch ``i`` at index ``i``. With
+          a fixed N, each new number of micro-batches (such as the epoch's
+          last, shorter window) compiles once more; with a schedule that
+          changes N, one graph takes every number.
         * ``micro_batches``: a list or tuple of per-micro-batch argument
           tuples, e.g. from ``data.mnist.mnist_windows``. Runs of equal shapes
           are stacked and looped; a micro-batch of another size (the epoch's
@@ -218,7 +239,7 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
     # Only a policy that samples the last micro-batch (track_noise=True) needs it on its own; a loop
     # body written twice costs compile time.
     last = accumulator.samples_last
-    apply_loop = _jit_loop(grad_fn, accumulator, apply=True, last=last)
+    apply_loop = _jit_loop(grad_fn, accumulator, apply=True, last=last, any_length=accumulate_step is None)
     add_loops = {False: _jit_loop(grad_fn, accumulator, apply=False, last=False),
                  True: _jit_loop(grad_fn, accumulator, apply=False, last=last)}
     add_ones = {False: _jit_micro_step(grad_fn, accumulator, last=False),

@@ -41,14 +41,16 @@ def test_n_only_grows_within_the_bounds():
     assert not schedule.should_probe(10 ** 9)                   # at the bound: nothing left to measure
 
 
-def test_probes_come_at_doubling_gaps_of_samples_seen():
+def test_probes_follow_at_once_while_n_grows_then_at_doubling_gaps():
     schedule = bound_schedule(interval=100, max_step=1024)
     due = []
     for seen in range(0, 1600, 50):
-        if schedule.should_probe(seen):
+        while schedule.should_probe(seen):
             due.append(seen)
-            schedule.choose({schedule.current: 1.0}, start_loss=2.0)
-    assert due == [0, 100, 300, 700, 1500]
+            grows = seen == 100 and schedule.current < 4   # the probe at 100 grows N twice, then keeps it
+            schedule.choose({schedule.current: 1.0, 2 * schedule.current: 1.0 if grows else 1.9}, start_loss=2.0)
+    assert due == [0, 100, 100, 100, 300, 700, 1500]
+    assert schedule.current == 4
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -130,7 +132,7 @@ def test_a_probe_that_keeps_n_leaves_the_run_bit_identical():
     assert int(probed.accumulator.update_count) == 10
     expected, actual = plain.state(), probed.state()
     assert actual.keys() == expected.keys()
-    assert (actual.pop(probed.schedule.probes.name), expected.pop(plain.schedule.probes.name)) == (1, 0)
+    assert (actual.pop(probed.schedule.kept.name), expected.pop(plain.schedule.kept.name)) == (1, 0)
     for name in expected:
         np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
 

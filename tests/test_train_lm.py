@@ -58,7 +58,6 @@ def refused(capsys, argv, message, status=1):
     (["--width", "30"], "--width 30 must be a multiple of --heads 4"),
     (["--no-packing", "--pack-within-windows"],
      "--pack-within-windows bounds how packing moves samples, got --no-packing"),
-    (["--accumulate-step", "auto", "--window-step"], "--accumulate-step auto changes N between windows"),
     (["--scale-rule", "sqrt", "--optimizer", "adam"],
      "--scale-rule sqrt sets Adam's betas, which only --optimizer adamw keeps where it can (docs/scale-rules.md), "
      "got --optimizer adam"),

@@ -62,8 +62,8 @@ def test_help_explains_every_flag():
     (["--accumulate-step", "-1"], "argument --accumulate-step: must be a positive integer, got -1"),
     (["--device-target", "TPU"], "argument --device-target: unknown device 'TPU': choose CPU, GPU or Ascend"),
     (["--accumulate-step", "many"], "argument --accumulate-step: expected a positive integer, got 'many'"),
-    (["--accumulate-step", "auto", "--window-step"],
-     "--accumulate-step auto changes N between windows; --driver window needs a fixed N"),
+    (["--accumulate-step", "noise", "--window-step"],
+     "--accumulate-step noise changes N in the graph; --driver window needs N on the host"),
     (["--update-cost", "1.5"], "--update-cost sets how the noise-scale window chooses N, got --accumulate-step 2: "
                                "pass --accumulate-step noise"),
     (["--probe-interval", "512"], "--probe-interval sets how the measured window probes, got --accumulate-step 2: "

@@ -25,7 +25,7 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"distributed": True, "rank": 2, "ranks": 2}, "rank must be in [0, 2), got 2"),
     ({"ranks": 2}, "ranks > 1 needs distributed=True, got ranks=2"),
     ({"accumulate_step": "8"}, "accumulate_step must be a positive int, got '8'"),
-    ({"accumulate_step": "auto", "driver": "window"}, "accumulate_step='auto' changes N between windows"),
+    ({"accumulate_step": "noise", "driver": "window"}, "accumulate_step='noise' changes N in the graph"),
     ({"driver": "fast"}, "driver must be one of"),
     ({"track_noise": 1}, "track_noise must be True or False, got 1"),
     ({"update_cost": 0.0}, "update_cost must be a positive finite number, got 0.0"),

@@ -4,7 +4,7 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
-from accumulator import Accumulator
+from accumulator import Accumulator, CriticalBatchSchedule
 from accumulator.window import make_window_step
 from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
 
@@ -32,6 +32,22 @@ def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
     w, window_step = one_weight_window_step(2)
     _, updated = window_step(Tensor([[2.0], [12.0]]), counts=[1, 3])
     assert bool(updated) and w.asnumpy().tolist() == [-3.5]                                 # 0 - (2 + 12) / (1 + 3)
+
+
+def test_windows_of_2_then_4_under_a_schedule_that_changes_n_apply_their_means(graph_mode):
+    # One graph with the number of micro-batches left open serves both lengths (docs/window-step.md).
+    w = Parameter(Tensor([0.0]), name="w")
+    schedule = CriticalBatchSchedule(interval=8, max_step=8)
+    accumulator = Accumulator(nn.SGD([w], 1.0), schedule)
+    schedule.bind(accumulator)
+    window_step = make_window_step(gradient_is_the_input, accumulator)
+    schedule.set_window(2)
+    _, updated = window_step(Tensor([[1.0], [2.0]]), counts=[1, 1])
+    assert bool(updated) and w.asnumpy().tolist() == [-1.5]                                 # 0 - (1 + 2) / 2
+    schedule.set_window(4)
+    loss_sum, updated = window_step(Tensor([[3.0], [4.0], [5.0], [6.0]]), counts=[1, 1, 1, 1])
+    assert (float(loss_sum), bool(updated), w.asnumpy().tolist()) == (18.0, True, [-6.0])  # -1.5 - 18 / 4
+    assert int(accumulator.update_count) == 2
 
 
 def per_micro_step_run(windows, accumulate_step, counts=None, optimizer_name="adam", **accumulator_args):

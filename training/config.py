@@ -15,8 +15,8 @@ from training.optimizers import OPTIMIZERS
 
 DEVICES = ("CPU", "GPU", "Ascend")
 # accumulate_step="auto": N measured by short branched runs within these bounds, from the window --lr is tuned
-# for (accumulator.CriticalBatchSchedule, docs/batch-size.md#the-measured-window); a probe at the start, the next
-# after PROBE_INTERVAL samples (tokens for a language model), each gap twice the one before.
+# for (accumulator.CriticalBatchSchedule, docs/batch-size.md#the-measured-window); a probe at the start, again at
+# once while N grows, then after PROBE_INTERVAL samples (tokens for a language model), each gap twice the one before.
 AUTO = "auto"
 AUTO_STEPS = (1, 64)
 PROBE_INTERVAL = 4096
@@ -179,9 +179,9 @@ class TrainConfig:
             positive_int(getattr(self, name), name)
         if self.accumulate_step not in ADAPTIVE:
             positive_int(self.accumulate_step, "accumulate_step")
-        elif self.driver == "window":
-            raise ValueError(f"accumulate_step={self.accumulate_step!r} changes N between windows; driver='window' "
-                             "needs a fixed N")
+        elif self.driver == "window" and self.accumulate_step == NOISE:
+            raise ValueError(f"accumulate_step={self.accumulate_step!r} changes N in the graph; driver='window' "
+                             "needs N on the host")
         if self.update_cost is not None:
             if isinstance(self.update_cost, bool) or not isinstance(self.update_cost, numbers.Real) \
                     or not 0 < self.update_cost < math.inf:

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from accumulator import (Accumulator, CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, WindowAllReduce,
                          check_equivalence, make_window_step, restore_state, snapshot_state, training_state)
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
-from training.config import ADAPTIVE, AUTO, FEW_TENSORS, NOISE, NOISE_STEPS
+from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS
 from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
@@ -163,10 +163,12 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"window"`` at a fixed N of whole micro-batches; while
-    N changes (the window step needs a fixed N) or when each window ends in
-    a smaller micro-batch (``last_micro_batch``: the window step stacks its
-    window into one tensor of one shape), ``"in-graph"`` for an optimizer
+    ``"auto"`` is ``"window"`` at a fixed N of whole micro-batches, and for
+    the measured window (``--accumulate-step auto``: N set on the host
+    between windows, one graph for every N); while the noise scale changes N
+    in the graph (the host would wait for it to stack a window) or when each
+    window ends in a smaller micro-batch (``last_micro_batch``: the window
+    step stacks its window into one tensor of one shape), ``"in-graph"`` for an optimizer
     of at most ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
     step (docs/performance.md#which-driver).
@@ -176,9 +178,11 @@ def choose_driver(config, optimizer):
         >>> small, large = nn.Dense(3, 1), nn.SequentialCell([nn.Dense(3, 3) for _ in range(8)])
         >>> [choose_driver(TrainConfig(), nn.SGD(n.trainable_params(), 0.1)) for n in (small, large)]
         ['window', 'window']
-        >>> [choose_driver(TrainConfig(accumulate_step="auto"), nn.SGD(n.trainable_params(), 0.1))
-        ...  for n in (small, large)]
-        ['in-graph', 'host']
+        >>> [choose_driver(TrainConfig(accumulate_step=step), nn.SGD(small.trainable_params(), 0.1))
+        ...  for step in ("auto", "noise")]
+        ['window', 'in-graph']
+        >>> choose_driver(TrainConfig(accumulate_step="noise"), nn.SGD(large.trainable_params(), 0.1))
+        'host'
         >>> choose_driver(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4),
         ...               nn.SGD(small.trainable_params(), 0.1))
         'in-graph'
@@ -187,7 +191,7 @@ def choose_driver(config, optimizer):
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if config.accumulate_step not in ADAPTIVE and config.last_micro_batch is None:
+    if config.accumulate_step != NOISE and config.last_micro_batch is None:
         return "window"
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -403,8 +407,10 @@ def _train_window(run, window, sizes, accumulate_step, counts):
     """One window's micro-batches through ``run``'s steps (see ``train_on_windows``); returns its summed loss.
 
     ``sizes``: the micro-batch sizes compiled (``_compiled_sizes``); one size, the window step's.
+    The measured window's step takes any number of micro-batches up to N in one graph, an epoch's short last window too.
     """
-    whole = len(window) == accumulate_step and all(labels.shape[0] in sizes for _, labels in window)
+    fits = len(window) == accumulate_step or (run.critical is not None and len(window) < accumulate_step)
+    whole = fits and all(labels.shape[0] in sizes for _, labels in window)
     if run.window_step is not None and whole:
         stacked = getattr(window, "stacked", None)
         loss_sum, _ = run.window_step(*(stacked if stacked is not None else (window,)), counts=counts)
@@ -569,10 +575,10 @@ def _driver_description(run, config):
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
     if run.driver == "window":
-        return "driver window (a fixed N)"
+        return "driver window (N set between windows)" if config.accumulate_step == AUTO else "driver window (a fixed N)"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
-    why = "N changes" if config.accumulate_step in ADAPTIVE else "a smaller last micro-batch"
+    why = "N changes in the graph" if config.accumulate_step == NOISE else "a smaller last micro-batch"
     return f"driver {run.driver} ({why}; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
 
 

@@ -2,8 +2,9 @@
 
 The run's ``accumulator.CriticalBatchSchedule`` says when a probe is due,
 in what the task counts (samples, or a language model's tokens, over all
-ranks). The epoch's windows are trained as usual up to the first window
-boundary at or past that point; then the held-out loss is read (the first
+ranks). The epoch's micro-batches, which come one a window (N = 1, where
+the schedule starts), are trained in windows of the current N up to the
+first window boundary at or past that point; then the held-out loss is read (the first
 test samples, at most ``PROBE_HELD_OUT``), the next ``branch_length()``
 micro-batches are trained once per candidate window from the same state,
 each branch's held-out loss is read, and the epoch goes
@@ -20,7 +21,11 @@ the uninterrupted one did.
 import itertools
 import time
 
+import mindspore as ms
+import numpy as np
+
 from accumulator import CriticalBatchSchedule, training_state
+from data.mnist import Window
 from training.config import AUTO_STEPS, PROBE_HELD_OUT, PROBE_INTERVAL, PROBE_TOLERANCE
 
 
@@ -39,24 +44,41 @@ def measured_schedule(config):
 
 
 class _Until:
-    """The windows of ``windows`` up to the first window boundary at or past ``due`` samples seen.
+    """Windows of ``step`` micro-batches (``_joined``) from ``micro_batches`` until ``due`` samples are seen.
 
-    ``seen`` is advanced by the caller as each window is trained (before the
-    next is drawn); ``exhausted`` tells whether the epoch's windows ran out.
+    ``micro_batches``: windows of one micro-batch each. ``seen`` is advanced
+    by the caller as each window is trained (before the next is drawn);
+    ``exhausted`` tells whether the epoch's micro-batches ran out.
     """
 
-    def __init__(self, windows, due, step, seen):
-        self.windows, self.due, self.step, self.seen = windows, due, step, seen
-        self.exhausted, self.micro_batches = False, 0
+    def __init__(self, micro_batches, due, step, seen):
+        self.micro_batches, self.due, self.step, self.seen = micro_batches, due, step, seen
+        self.exhausted = False
 
     def __iter__(self):
-        while self.due is None or self.seen < self.due or self.micro_batches % self.step:
-            window = next(self.windows, None)
-            if window is None:
-                self.exhausted = True
+        while self.due is None or self.seen < self.due:
+            group = list(itertools.islice(self.micro_batches, self.step))
+            self.exhausted = len(group) < self.step
+            if group:
+                yield _joined(group)
+            if self.exhausted:
                 return
-            self.micro_batches += len(window)
-            yield window
+
+
+def _joined(windows):
+    """Windows of one micro-batch each as one window: a ``Window`` whose ``stacked`` joins theirs, or a list."""
+    if len(windows) == 1:
+        return windows[0]
+    micro_batches = [micro_batch for window in windows for micro_batch in window]
+    stacked = [getattr(window, "stacked", None) for window in windows]
+    if any(pair is None for pair in stacked):
+        return micro_batches
+    if len({tuple(tuple(t.shape) for t in pair) for pair in stacked}) > 1:  # the epoch's short last micro-batch
+        return Window(micro_batches, None, sum(window.samples for window in windows))
+    # One copy on the host: the window step takes the stacked pair as it is, no MindSpore op per column.
+    joined = tuple(ms.Tensor(np.concatenate([pair[column].asnumpy() for pair in stacked]))
+                   for column in range(len(stacked[0])))
+    return Window(micro_batches, joined, sum(window.samples for window in windows))
 
 
 def held_out_loss(run, task, batch_size):
@@ -108,8 +130,9 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
     schedule, ranks = run.critical, config.ranks
     windows = iter(windows)
     while True:
-        segment = _Until(windows, schedule.next_probe(), schedule.current, seen)
-        for trained in train_windows(segment):
+        step = schedule.current
+        segment = _Until(windows, schedule.next_probe(), step, seen)
+        for trained in train_windows(segment, accumulate_step=step):
             segment.seen += trained[1] * ranks
             yield trained
         seen = segment.seen
@@ -118,13 +141,13 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
         length = schedule.branch_length()
         taken = _micro_batches(windows, length)
         if not _whole(taken, length, config.batch_size):
-            yield from train_windows(itertools.chain(taken, windows))  # the epoch's end: the probe waits
-            return
+            yield from train_windows(_Until(itertools.chain(taken, windows), None, step, seen), accumulate_step=step)
+            return  # the epoch's end: the probe waits
         trained = {}
 
         def branch(window):
             started = time.perf_counter()
-            trained[window] = list(train_windows(taken))
+            trained[window] = list(train_windows(_Until(iter(taken), None, window, seen), accumulate_step=window))
             return time.perf_counter() - started
 
         started = time.perf_counter()
@@ -144,15 +167,8 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
 
 
 def _micro_batches(windows, length):
-    """The next windows of ``windows`` holding ``length`` micro-batches, or fewer at the epoch's end."""
-    taken, held = [], 0
-    while held < length:
-        window = next(windows, None)
-        if window is None:
-            break
-        taken.append(window)
-        held += len(window)
-    return taken
+    """The next ``length`` windows of one micro-batch each, or fewer at the epoch's end."""
+    return list(itertools.islice(windows, length))
 
 
 def _whole(taken, length, batch_size):
