@@ -29,6 +29,7 @@ from training.config import RESUME_FIELDS, TrainConfig
     ({"driver": "fast"}, "driver must be one of"),
     ({"track_noise": 1}, "track_noise must be True or False, got 1"),
     ({"update_cost": 0.0}, "update_cost must be a positive finite number, got 0.0"),
+    ({"clip_norm": -1.0}, "clip_norm must be a positive finite number, got -1.0"),
     ({"update_cost": 1.5}, "update_cost sets how the noise-scale window chooses N, got accumulate_step=2: pass "
                            "accumulate_step='noise'"),
     ({"accumulate_step": "auto", "probe_interval": 0}, "probe_interval must be a positive int, got 0"),

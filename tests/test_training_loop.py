@@ -218,3 +218,13 @@ def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_sta
         np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
     pynative = replace(config, mode="pynative")
     assert compile_train_step(build_run(pynative, toy_task()), toy_task(), pynative, epoch=1) is None
+
+
+def test_clip_norm_clips_the_window_update_to_that_norm():
+    # SGD at lr 0.1: the one window's update is lr x the clipped gradient, whose global norm is clip_norm.
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, lr=0.1, clip_norm=1e-3, shuffle=False)
+    run = build_run(config, toy_task(8))
+    before = {param.name: param.asnumpy().copy() for param in run.net.trainable_params()}
+    train_epoch(run, toy_task(8), config, epoch=1, progress=False)
+    moved = np.sqrt(sum(((param.asnumpy() - before[param.name]) ** 2).sum() for param in run.net.trainable_params()))
+    assert int(run.accumulator.update_count) == 1 and moved == pytest.approx(0.1 * 1e-3, rel=1e-3)  # float32 weights

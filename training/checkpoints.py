@@ -184,10 +184,10 @@ def save_epoch_checkpoint(run, config, epoch, history):
 # What a run saved before a setting existed ran with: train_lm.py padded every sample before --packing,
 # no learning rate followed the window before --scale-rule, and the adaptive window aimed at the noise scale
 # before --update-cost, no window was probed before --probe-interval and --probe-tolerance, and every window was
-# whole micro-batches before last_micro_batch.
+# whole micro-batches before last_micro_batch, and no gradient was clipped before --clip-norm.
 SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none",
                                 "update_cost": None, "probe_interval": None, "probe_tolerance": None,
-                                "last_micro_batch": None}
+                                "last_micro_batch": None, "clip_norm": None}
 
 
 def check_settings(path, config):

@@ -137,6 +137,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                           help="with --accumulate-step noise: one update's seconds over one micro-step's; N is then "
                                "the window that trains fastest in seconds, sqrt(X x the noise scale in micro-batches), "
                                "not the noise scale; docs/batch-size.md (default: the noise scale)")
+    training.add_argument("--clip-norm", type=positive_float, default=None, metavar="X",
+                          help="clip each window's mean gradient to global norm X, as the large batch's would be "
+                               "(default: not clipped)")
     training.add_argument("--epochs", type=positive_int, metavar="N",
                           help="total epochs, with --resume including those already done (default %(default)s)")
     training.add_argument("--lr", type=positive_float, help="learning rate (default %(default)s)")

@@ -222,7 +222,8 @@ def build_run(config, task):
     if config.accumulate_step == NOISE:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *NOISE_STEPS, ranks=config.ranks,
                                              update_cost=config.update_cost)
-    accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, track_noise=config.tracks_noise,
+    accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, clip_norm=config.clip_norm,
+                              track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
     if critical is not None:
         critical.bind(accumulator)
