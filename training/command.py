@@ -120,9 +120,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                f"{NOISE_STEPS[0]} to {NOISE_STEPS[1]}, which overshoots (docs/scale-rules.md); "
                                "either implies --track-noise, not with --driver window (default %(default)s)")
     training.add_argument("--probe-interval", type=positive_int, default=None, metavar="X",
-                          help=f"with --accumulate-step auto: {sample}s seen (tokens for a language model) between "
-                               "the first probe of the window and the second; each gap after is twice the one "
-                               f"before (default {PROBE_INTERVAL})")
+                          help=f"with --accumulate-step auto: {sample}s seen (tokens for a language model) from the "
+                               "start to the probe after the first that keeps N (a probe that grows N is followed "
+                               f"at once); each gap after is twice the one before (default {PROBE_INTERVAL})")
     training.add_argument("--probe-tolerance", type=positive_float, default=None, metavar="F",
                           help="with --accumulate-step auto: a larger window is kept while its samples buy at "
                                "least 1 - F of the smallest window's drop of the held-out loss, 0 < F < 1 (default "

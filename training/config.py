@@ -19,11 +19,11 @@ DEVICES = ("CPU", "GPU", "Ascend")
 # once while N grows, then after PROBE_INTERVAL samples (tokens for a language model), each gap twice the one before.
 AUTO = "auto"
 AUTO_STEPS = (1, 64)
-PROBE_INTERVAL = 4096
+PROBE_INTERVAL = 16384
 PROBE_TOLERANCE = 0.1
 # The probes' held-out batch: the first test samples, at most this many (docs/batch-size.md#in-the-tools). The
 # branches are compared on the same samples, so a small batch tells them apart; each probe reads it three times.
-PROBE_HELD_OUT = 64
+PROBE_HELD_OUT = 32
 # accumulate_step="noise": N follows the measured gradient noise scale within these bounds
 # (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
 NOISE = "noise"
