@@ -139,7 +139,7 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
         if segment.exhausted:
             return
         length = schedule.branch_length()
-        taken = _micro_batches(windows, length)
+        taken = list(itertools.islice(windows, length))  # fewer at the epoch's end
         if not _whole(taken, length, config.batch_size):
             yield from train_windows(_Until(itertools.chain(taken, windows), None, step, seen), accumulate_step=step)
             return  # the epoch's end: the probe waits
@@ -164,11 +164,6 @@ def train_probing(run, windows, train_windows, held_out, seen, config, probes):
         for output in kept:
             seen += output[1] * ranks
             yield output
-
-
-def _micro_batches(windows, length):
-    """The next ``length`` windows of one micro-batch each, or fewer at the epoch's end."""
-    return list(itertools.islice(windows, length))
 
 
 def _whole(taken, length, batch_size):
