@@ -576,7 +576,7 @@ def _driver_description(run, config):
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
     if run.driver == "window":
-        return "driver window (N set between windows)" if config.accumulate_step == AUTO else "driver window (a fixed N)"
+        return f"driver window ({'N set between windows' if config.accumulate_step == AUTO else 'a fixed N'})"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
     why = "N changes in the graph" if config.accumulate_step == NOISE else "a smaller last micro-batch"
