@@ -109,9 +109,10 @@ def test_with_and_without_jit(graph_mode, use_jit):
 # SGD as well as Adam: Adam's normalisation hides a rescaled gradient (a wrong
 # divisor moved its weights by only 9e-5), SGD's update is proportional to it. CI only: the fast path's
 # test_attached_members_ride_the_reducer_and_hear_of_every_window runs these micro-batches with counts on SGD.
+# Graph mode only: test_window's and test_noise's uneven counts run in PyNative too.
 @pytest.mark.slow
 @pytest.mark.parametrize("optimizer_name", ["sgd", "adam"])
-def test_uneven_micro_batches_with_counts_equal_large_batch(mode, optimizer_name):
+def test_uneven_micro_batches_with_counts_equal_large_batch(graph_mode, optimizer_name):
     x, y = make_data(16)
     expected = reference_state(optimizer_name, [(x, y)])
     net = make_net()
