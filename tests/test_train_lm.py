@@ -218,7 +218,7 @@ def test_resume_help_names_every_flag_a_resume_refuses_to_change(monkeypatch):
 
 @pytest.mark.slow  # end to end: the tool's check and logs (the drivers' equality: tests/test_training_loop.py)
 def test_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, small_synthetic):
-    # PyNative, as the other runs here: the tool's graph mode runs in the end-to-end benchmark's test and under msrun.
+    # PyNative, as the other runs here: the tool's graph mode runs under msrun.
     summary = train_lm.main(["--synthetic", "--epochs", "2", "--check", "--track-noise", "--mode", "pynative",
                              "--log-json", str(tmp_path / "run.json"), "--plot", str(tmp_path / "run.png"),
                              *TINY[:-2], "--sample-tokens", "20"])
@@ -235,8 +235,8 @@ def test_check_and_logs_work_through_the_shared_machinery(tmp_path, capsys, smal
     assert open(tmp_path / "run.png", "rb").read(4) == b"\x89PNG"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.slow  # SIGTERM here; both signals in tests/test_train_mnist.py (the same run_tool)
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143)])
 def test_a_signal_ends_the_run_with_its_status_a_line_and_no_temporary_text(signum, status):
     process = subprocess.Popen([sys.executable, SCRIPT, "--synthetic", "--epochs", "50"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
