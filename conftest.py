@@ -16,8 +16,8 @@ from _pytest.doctest import DoctestItem
 
 
 # Multi-process examples (a probe child each, docs/memory-plan.md#planning-cost): the full suite runs them.
-SLOW_DOCTESTS = {"accumulator.plan.ProbeChild", "accumulator.plan.measure_in_child",
-                 "accumulator.plan.plan_micro_batch"}
+SLOW_DOCTESTS = {"accumulator.memory.plan.ProbeChild", "accumulator.memory.plan.measure_in_child",
+                 "accumulator.memory.plan.plan_micro_batch"}
 
 
 @pytest.hookimpl(tryfirst=True)

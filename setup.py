@@ -5,7 +5,7 @@ The version is read from accumulator/__init__.py, its one source (importing the 
 """
 import re
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 with open("accumulator/__init__.py", encoding="utf-8") as f:
     VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
@@ -18,7 +18,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     license_files=["LICENSE"],
-    packages=["accumulator"],
+    packages=find_packages(include=["accumulator", "accumulator.*"]),
     package_data={"accumulator": ["py.typed"]},
     # README, "Tested on": the suite runs on 3.11; MindSpore's newest release for 3.9 is 2.9.0, and it ships
     # no wheel for 3.13 (2.10.0 stops at 3.12).

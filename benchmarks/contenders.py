@@ -303,7 +303,7 @@ def _stacked_window(spec):
             ops.reshape(x, (n, b) + x.shape[1:]), ops.reshape(y, (n, b) + y.shape[1:]))
 
 
-@register("window", "accumulator.window.make_window_step: a whole window per jitted call (while loop)",
+@register("window", "accumulator.drivers.window.make_window_step: a whole window per jitted call (while loop)",
           modes=("graph",))
 def _build_window(spec):
     from accumulator import Accumulator

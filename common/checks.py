@@ -1,6 +1,6 @@
 """Argument checks for the data, the models and the training tools: each returns the value or raises ``ValueError``.
 
-The library has its own (``accumulator.checks``): it is installed alone, so neither imports the other.
+The library has its own (``accumulator._internal.checks``): it is installed alone, so neither imports the other.
 
 Example:
     >>> positive_int(4, "batch_size"), non_negative_int(0, "seed"), boolean(True, "shuffle")

@@ -1,6 +1,6 @@
 """Files written whole, for the data, the models and the training tools: a crash mid-write never leaves half a file.
 
-The library writes its checkpoints with its own atomic replace (``accumulator.files``): it is installed
+The library writes its checkpoints with its own atomic replace (``accumulator._internal.files``): it is installed
 alone, so neither imports the other. ``unfinished_writes`` finds what a killed checkpoint write left.
 
 Example:
@@ -57,7 +57,7 @@ def unfinished_writes(path: str) -> List[str]:
     folder, name = os.path.split(os.path.abspath(path))
     if not os.path.isdir(folder):
         return []
-    # The library's temporary (accumulator/files.py): "." + name + ".", mkstemp's random part, ".tmp", then
+    # The library's temporary (accumulator/_internal/files.py): "." + name + ".", mkstemp's random part, ".tmp", then
     # path's extension; mindspore.save_checkpoint writes its own ".tmp" file named after ours before renaming
     # it (a kill mostly lands there).
     left = re.compile(re.escape(f".{name}.") + r"[A-Za-z0-9_]+\.tmp(\..*)?$")

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from accumulator import format_size  # noqa: E402
+from accumulator.memory import format_size  # noqa: E402
 from training.arguments import memory_size, positive_int  # noqa: E402
 from training.memory import candidate_sizes  # noqa: E402
 

@@ -13,7 +13,7 @@ from mindspore import Tensor, nn
 from mindspore.communication import get_rank
 
 from accumulator import Accumulator, WindowAllReduce
-from accumulator.batchnorm import convert_batchnorm
+from accumulator.policies.batchnorm import convert_batchnorm
 
 SIZES = (5, 3)
 ACCUMULATE_STEP = 2

@@ -8,7 +8,7 @@ import os
 import mindspore as ms
 import pytest
 
-from accumulator.runtime import block_on_cpu
+from accumulator._internal.runtime import block_on_cpu
 from helpers import MsrunLaunch
 
 # The library sets the CPU's blocking launch at its first Accumulator; a test's eager operation before that

@@ -12,7 +12,7 @@ from mindspore import Parameter, Tensor, ops
 from mindspore.communication import get_rank
 
 from accumulator import Accumulator
-from accumulator.distributed import WindowAllReduce
+from accumulator.devices.all_reduce import WindowAllReduce
 from helpers import grad_fn_for, make_data, make_net, make_optimizer
 
 ACCUMULATE_STEP = 2

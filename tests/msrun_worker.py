@@ -23,7 +23,7 @@ import traceback
 import mindspore as ms
 from mindspore.communication import get_rank, init
 
-from accumulator.runtime import block_on_cpu
+from accumulator._internal.runtime import block_on_cpu
 
 TRAIN_MNIST_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "16", "--accumulate-step", "2"]
 PROBE_FLAGS = ["--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step", "auto", "--probe-interval", "32",

@@ -55,7 +55,7 @@ def test_counts_1_and_3_weigh_summed_gradients_2_and_12_into_their_mean_3_5():
 
 
 def test_the_old_tally_adds_kept_share_to_its_tally_and_warns_once(monkeypatch):
-    from accumulator import deprecation
+    from accumulator._internal import deprecation
     monkeypatch.setattr(deprecation, "warned", set())
     accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 1.0), 2)
     tally = (Tensor(2, ms.int32), Tensor(7.0))

@@ -17,7 +17,7 @@ from mindspore.train import Model
 
 from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, WindowAllReduce, load_checkpoint,
                          make_window_step, save_checkpoint)
-from accumulator.batchnorm import WindowBatchNorm, convert_batchnorm
+from accumulator.policies.batchnorm import WindowBatchNorm, convert_batchnorm
 from batchnorm_worker import SIZES, window_batches
 from helpers import sweep
 

@@ -6,9 +6,10 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn
 
-from accumulator import Accumulator, SkipNonFiniteMicroBatches
-from accumulator.buckets import MAX_BUCKET_ELEMENTS, MAX_PACKED_PARAMETER_ELEMENTS, Buckets
-from accumulator.state import load_checkpoint, training_state
+from accumulator import Accumulator
+from accumulator.policies import SkipNonFiniteMicroBatches
+from accumulator._internal.buckets import MAX_BUCKET_ELEMENTS, MAX_PACKED_PARAMETER_ELEMENTS, Buckets
+from accumulator.core.checkpoints import load_checkpoint, training_state
 from helpers import SPLIT_PIECES, split_round_trip, sweep
 
 
@@ -221,7 +222,7 @@ def test_a_checkpoint_with_one_buffer_per_parameter_loads_into_every_bucket(tmp_
 def test_the_old_names_cap_and_alone_still_read_and_warn_once(monkeypatch):
     from accumulator import buckets, deprecation
     monkeypatch.setattr(deprecation, "warned", set())
-    with pytest.warns(DeprecationWarning, match="accumulator.buckets.CAP is deprecated .*MAX_BUCKET_ELEMENTS"):
+    with pytest.warns(DeprecationWarning, match="accumulator._internal.buckets.CAP is deprecated .*MAX_BUCKET_ELEMENTS"):
         assert buckets.CAP == MAX_BUCKET_ELEMENTS == 1 << 20
     with pytest.warns(DeprecationWarning, match="ALONE is deprecated .*MAX_PACKED_PARAMETER_ELEMENTS"):
         assert buckets.ALONE == MAX_PACKED_PARAMETER_ELEMENTS == 1 << 16

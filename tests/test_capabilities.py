@@ -13,7 +13,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
 from accumulator import Accumulator, capabilities
-from accumulator.buckets import Buckets
+from accumulator._internal.buckets import Buckets
 from helpers import SPLIT_PIECES, split_round_trip, sweep
 
 
@@ -88,8 +88,8 @@ def test_a_window_applies_the_large_batch_mean_either_way(monkeypatch, way):
 def test_importing_the_library_checks_nothing_building_buckets_checks_once():
     # A fresh process: this one's answer is already kept. Importing compiles no graph; the first Buckets asks.
     code = ("import accumulator\n"
-            "from accumulator import capabilities\n"
-            "from accumulator.buckets import Buckets\n"
+            "from accumulator._internal import capabilities\n"
+            "from accumulator._internal.buckets import Buckets\n"
             "import mindspore as ms, numpy as np\n"
             "assert capabilities.split_with_size.cache_info().currsize == 0\n"
             "p = [ms.Parameter(ms.Tensor(np.zeros(2, np.float32)), name=n) for n in 'ab']\n"

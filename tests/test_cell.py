@@ -9,7 +9,7 @@ from mindspore import nn, ops
 from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 from accumulator import Accumulator, load_checkpoint
-from accumulator.cell import AccumulationTrainCell, FlushAtEpochEnd
+from accumulator.drivers.model import AccumulationTrainCell, FlushAtEpochEnd
 from helpers import (SummedTokenLoss, TokenNet, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, split, token_large_batch_state, token_windows)
 

@@ -2,7 +2,7 @@
 import pytest
 from mindspore import Tensor
 
-from accumulator import ClipNorm
+from accumulator.policies import ClipNorm
 
 
 @pytest.mark.parametrize("norm, expected", [(4.0, 0.25), (1.0, 1.0), (0.5, 1.0), (0.0, 1.0)])

@@ -1,11 +1,12 @@
-"""The measured window (accumulator.critical): the decision on hand-written losses, its bounds and growth, bad
+"""The measured window (accumulator.batch_size.critical): the decision on hand-written losses, its bounds and growth, bad
 input, and the branches: a probe that keeps N leaves the run bit for bit as without it; one that grows N leaves it
 as a run that trained at the grown N."""
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
 
-from accumulator import Accumulator, CriticalBatchSchedule, ScaleRule, training_state
+from accumulator import Accumulator, training_state
+from accumulator.batch_size import CriticalBatchSchedule, ScaleRule
 from helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
 
 

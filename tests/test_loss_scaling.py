@@ -2,7 +2,7 @@
 import pytest
 from mindspore import Tensor, amp
 
-from accumulator import LossScaling
+from accumulator.policies import LossScaling
 
 
 def test_unscale_is_the_inverse_of_the_scale():

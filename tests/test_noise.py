@@ -4,8 +4,9 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
-from accumulator import Accumulator, NoiseScaleSchedule, load_checkpoint, make_window_step, save_checkpoint
-from accumulator.noise import NOISE_DECAY
+from accumulator import Accumulator, load_checkpoint, make_window_step, save_checkpoint
+from accumulator.batch_size import NoiseScaleSchedule
+from accumulator.policies.noise import NOISE_DECAY
 from helpers import (DoublingReducer, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, split, sweep)
 

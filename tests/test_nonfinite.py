@@ -4,7 +4,7 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from accumulator import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
+from accumulator.policies import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
 
 
 @pytest.mark.parametrize("finite", [True, False])

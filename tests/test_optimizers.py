@@ -10,8 +10,8 @@ from mindspore import Tensor, mint, nn, ops
 from mindspore.experimental import optim
 from mindspore.train import CheckpointConfig, Model, ModelCheckpoint
 
-from accumulator import (AccumulationTrainCell, Accumulator, FlushAtEpochEnd, StepSchedulerPerUpdate, load_checkpoint,
-                         make_window_step, save_checkpoint)
+from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, load_checkpoint, make_window_step, save_checkpoint
+from accumulator.drivers import StepSchedulerPerUpdate
 from helpers import (assert_states_close, grad_fn_for, make_data, make_net, optimizer_state,
                      reduced_window_state, sweep)
 

@@ -2,7 +2,7 @@
 import pytest
 from mindspore import amp
 
-from accumulator.options import keyword_policies
+from accumulator.core._options import keyword_policies
 
 
 def names(**keywords):

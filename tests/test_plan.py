@@ -1,10 +1,10 @@
-"""accumulator.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
+"""accumulator.memory.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
 import os
 import signal
 
 import pytest
 
-from accumulator.plan import (MemoryPlan, PlanError, Probe, ProbeChild, choose_micro_batch, format_size,
+from accumulator.memory.plan import (MemoryPlan, PlanError, Probe, ProbeChild, choose_micro_batch, format_size,
                               measure_in_child, parse_size, peak_resident, plan_micro_batch, touch_memory)
 
 MIB = 2 ** 20
@@ -142,7 +142,7 @@ def children_started(monkeypatch):
             started.append(True)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr("accumulator.plan.ProbeChild", CountedChild)
+    monkeypatch.setattr("accumulator.memory.plan.ProbeChild", CountedChild)
     return started
 
 

@@ -4,8 +4,9 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
-from accumulator import Accumulator, ClipNorm, Policy
-from accumulator.policy import HOOKS, takes_part
+from accumulator import Accumulator, Policy
+from accumulator.policies import ClipNorm
+from accumulator.policies.base import HOOKS, takes_part
 from helpers import sweep
 
 

@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from accumulator import CriticalBatchSchedule
+from accumulator.batch_size import CriticalBatchSchedule
 from training.checkpoints import checkpoint_path
 from training.config import PROBE_HELD_OUT, TrainConfig
 from training.loop import build_run, train_epoch

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from accumulator.runtime import BLOCKING_RUN
+from accumulator._internal.runtime import BLOCKING_RUN
 from helpers import sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,8 @@ import pytest
 import mindspore as ms
 from mindspore import nn
 
-from accumulator import Accumulator, SkipNonFiniteMicroBatches, SkipSpikes
+from accumulator import Accumulator
+from accumulator.policies import SkipNonFiniteMicroBatches, SkipSpikes
 from helpers import (Scale, accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
                      make_optimizer, optimizer_state, reference_state, split)
 

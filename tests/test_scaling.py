@@ -5,8 +5,9 @@ import mindspore as ms
 from mindspore import Tensor, mint, nn, ops
 from mindspore.experimental import optim
 
-from accumulator import Accumulator, ScaleRule, load_checkpoint, save_checkpoint
-from accumulator.constants import TRUE
+from accumulator import Accumulator, load_checkpoint, save_checkpoint
+from accumulator.batch_size import ScaleRule
+from accumulator._internal.constants import TRUE
 from helpers import sweep
 
 

@@ -4,7 +4,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator
-from accumulator.schedule import SETTLE_WINDOWS, NoiseScaleSchedule, as_schedule
+from accumulator.batch_size.schedule import SETTLE_WINDOWS, NoiseScaleSchedule, as_schedule
 from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, reference_state, split, sweep)
 

@@ -5,8 +5,8 @@ import mindspore as ms
 from mindspore import nn
 
 from accumulator import Accumulator, convert_batchnorm
-from accumulator.selfcheck import RTOL, check_equivalence
-from accumulator.state import training_state
+from accumulator.core.selfcheck import RTOL, check_equivalence
+from accumulator.core.checkpoints import training_state
 from helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
                      PAD, one_batch, split, token_windows)
 

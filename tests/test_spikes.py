@@ -3,8 +3,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator import SkipSpikes
-from accumulator.spikes import NORM_DECAY
+from accumulator.policies import SkipSpikes
+from accumulator.policies.spikes import NORM_DECAY
 
 
 def with_mean(mean, windows, factor=2.0, warmup=1):

@@ -8,8 +8,9 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor
 
-from accumulator import Accumulator, LossScaling
-from accumulator.state import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
+from accumulator import Accumulator
+from accumulator.policies import LossScaling
+from accumulator.core.checkpoints import CheckpointMismatchError, load_checkpoint, save_checkpoint, training_state
 from helpers import grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, sweep
 
 ACCUMULATE_STEP = 3
@@ -55,7 +56,7 @@ RESUME_IN_NEW_PROCESS = """
 import sys, numpy as np
 sys.path[:0] = [{repo!r}, {tests!r}]
 from test_state import build_run, run_steps, full_state, TOTAL_STEPS
-from accumulator.state import load_checkpoint
+from accumulator.core.checkpoints import load_checkpoint
 net, optimizer, accumulator, step = build_run()
 extra = load_checkpoint({path!r}, net, optimizer, accumulator)
 run_steps(step, extra["next_step"], TOTAL_STEPS)

@@ -6,7 +6,7 @@ import mindspore as ms
 from mindspore import Tensor
 
 from accumulator import Accumulator
-from accumulator.state import load_checkpoint, save_checkpoint
+from accumulator.core.checkpoints import load_checkpoint, save_checkpoint
 from helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
                      optimizer_state, reference_state, split)
 

@@ -5,7 +5,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator, check_equivalence
-from accumulator.whole_batch import make_whole_batch_step
+from accumulator.drivers.whole_batch import make_whole_batch_step
 from helpers import sweep
 
 

@@ -4,8 +4,9 @@ import pytest
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn
 
-from accumulator import Accumulator, CriticalBatchSchedule
-from accumulator.window import make_window_step
+from accumulator import Accumulator
+from accumulator.batch_size import CriticalBatchSchedule
+from accumulator.drivers.window import make_window_step
 from helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
 
 

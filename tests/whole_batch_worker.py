@@ -9,7 +9,8 @@ import numpy as np
 from mindspore import nn
 from mindspore.communication import get_rank
 
-from accumulator import Accumulator, AllGatherRepresentations, WindowAllReduce, make_whole_batch_step
+from accumulator import Accumulator, WindowAllReduce, make_whole_batch_step
+from accumulator.drivers import AllGatherRepresentations
 from test_whole_batch import PAIRS, TwoTowers, clip_loss, micro_batches, pairs
 
 

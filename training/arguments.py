@@ -9,7 +9,7 @@ import argparse
 import math
 import re
 
-from accumulator import parse_size
+from accumulator.memory import parse_size
 from training.config import DEVICES
 
 
@@ -56,7 +56,7 @@ def positive_float(text):
 
 
 def memory_size(text):
-    """argparse type: a memory size such as 512MiB, 6GiB or 6G, in bytes (``accumulator.parse_size``).
+    """argparse type: a memory size such as 512MiB, 6GiB or 6G, in bytes (``accumulator.memory.parse_size``).
 
     Example:
         >>> memory_size("6G")

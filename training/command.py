@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from accumulator import BUDGET_FRACTION
+from accumulator.memory import BUDGET_FRACTION
 from training.arguments import (device_target, flag, in_flags, memory_size, non_negative_int, one_of, positive_float,
                                 positive_int)
 from training.checkpoints import resume_hint

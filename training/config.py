@@ -15,7 +15,7 @@ from training.optimizers import OPTIMIZERS
 
 DEVICES = ("CPU", "GPU", "Ascend")
 # accumulate_step="auto": N measured by short branched runs within these bounds, from the window --lr is tuned
-# for (accumulator.CriticalBatchSchedule, docs/batch-size.md#the-measured-window); a probe at the start, again at
+# for (accumulator.batch_size.CriticalBatchSchedule, docs/batch-size.md#the-measured-window); a probe at the start, again at
 # once while N grows, then after PROBE_INTERVAL samples (tokens for a language model), each gap twice the one before.
 AUTO = "auto"
 AUTO_STEPS = (1, 64)
@@ -25,7 +25,7 @@ PROBE_TOLERANCE = 0.1
 # branches are compared on the same samples, so a small batch tells them apart; each probe reads it three times.
 PROBE_HELD_OUT = 32
 # accumulate_step="noise": N follows the measured gradient noise scale within these bounds
-# (at least 2, so that every window still measures the noise; accumulator.NoiseScaleSchedule).
+# (at least 2, so that every window still measures the noise; accumulator.batch_size.NoiseScaleSchedule).
 NOISE = "noise"
 NOISE_STEPS = (2, 64)
 ADAPTIVE = (AUTO, NOISE)
@@ -35,7 +35,7 @@ MODES = ("graph", "pynative")
 DRIVERS = ("auto", "in-graph", "host", "window")
 # A branch in the graph costs more with every tensor that crosses it (docs/performance.md#which-driver).
 FEW_TENSORS = 8
-# How the optimizer follows the window (accumulator.ScaleRule); --lr is the learning rate for one micro-batch.
+# How the optimizer follows the window (accumulator.batch_size.ScaleRule); --lr is the learning rate for one micro-batch.
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
 RESUME_FIELDS = ("batch_size", "accumulate_step", "last_micro_batch", "lr", "optimizer", "seed", "shuffle",

@@ -15,8 +15,8 @@ import mindspore as ms
 from mindspore import nn
 from tqdm import tqdm
 
-from accumulator import (Accumulator, CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, WindowAllReduce,
-                         check_equivalence, make_window_step, restore_state, snapshot_state, training_state)
+from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
+from accumulator.batch_size import CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, restore_state, snapshot_state
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS
 from training.errors import TrainingError

@@ -2,7 +2,7 @@
 
 ``plan_run`` turns a config whose ``batch_size`` is the batch per update
 into one with the measured micro-batch and its N, by
-``accumulator.plan_micro_batch`` over ``tool_step`` (the tool's own train
+``accumulator.memory.plan_micro_batch`` over ``tool_step`` (the tool's own train
 step, built in a child process per size), or with the micro-batch M of
 ``--micro-batch M``; where it does not divide the batch, each window's
 last micro-batch is smaller (docs/mnist-tool.md#uneven-windows).
@@ -14,8 +14,8 @@ import json
 import mindspore as ms
 from mindspore import ops
 
-from accumulator import PlanError, plan_micro_batch
-from accumulator.plan import default_candidates
+from accumulator.memory import PlanError, plan_micro_batch
+from accumulator.memory.plan import default_candidates
 from training.arguments import in_flags
 from training.checkpoints import UNREADABLE, find_checkpoints
 from training.config import ADAPTIVE, AUTO, TrainConfig
@@ -29,7 +29,7 @@ PROBE_WINDOWS = 3
 
 
 def candidate_sizes(batch):
-    """The powers of two below ``batch``, and ``batch`` (``accumulator.plan.default_candidates``).
+    """The powers of two below ``batch``, and ``batch`` (``accumulator.memory.plan.default_candidates``).
 
     A size that does not divide the batch makes each window end in a
     smaller micro-batch (``TrainConfig.last_micro_batch``), which the
@@ -48,7 +48,7 @@ def _whole_windows(config, sizes, batch):
 
 
 def tool_step(size, config, batch, make_task, task_args):
-    """``accumulator.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
+    """``accumulator.memory.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
 
     Runs in the probe's child: sets the device and mode, builds
     ``make_task(*task_args)`` (once per child: the sizes after the first

@@ -1,6 +1,6 @@
 """``--accumulate-step auto``: the tools' window measured by short branched runs between an epoch's windows.
 
-The run's ``accumulator.CriticalBatchSchedule`` says when a probe is due,
+The run's ``accumulator.batch_size.CriticalBatchSchedule`` says when a probe is due,
 in what the task counts (samples, or a language model's tokens, over all
 ranks). The epoch's micro-batches, which come one a window (N = 1, where
 the schedule starts), are trained in windows of the current N up to the
@@ -24,7 +24,8 @@ import time
 import mindspore as ms
 import numpy as np
 
-from accumulator import CriticalBatchSchedule, training_state
+from accumulator import training_state
+from accumulator.batch_size import CriticalBatchSchedule
 from data.mnist import Window
 from training.config import AUTO_STEPS, PROBE_HELD_OUT, PROBE_INTERVAL, PROBE_TOLERANCE
 

@@ -31,10 +31,10 @@ batch buys little.
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.checks import positive_int
-from accumulator.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
-from accumulator.policy import Policy
-from accumulator.sums import float32, on_cpu, squared_total
+from accumulator._internal.checks import positive_int
+from accumulator._internal.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
+from accumulator.policies.base import Policy
+from accumulator._internal.sums import float32, on_cpu, squared_total
 
 # About the last twenty windows; both averages use it, so their bias
 # corrections cancel in the ratio.

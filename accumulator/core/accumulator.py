@@ -3,18 +3,18 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
-from accumulator import buffers
-from accumulator.buckets import Buckets
-from accumulator.checks import grads_match
-from accumulator.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, state_parameter
-from accumulator.deprecation import deprecated
-from accumulator.host_step import HostStep
-from accumulator.noise import NoiseTracker
-from accumulator.options import keyword_policies
-from accumulator.policy import HOOKS, takes_part
-from accumulator.runtime import block_on_cpu
-from accumulator.schedule import as_schedule
-from accumulator.sums import all_finite, on_cpu, squared_total
+from accumulator._internal import buffers
+from accumulator._internal.buckets import Buckets
+from accumulator._internal.checks import grads_match
+from accumulator._internal.constants import FALSE, ONE_FLOAT, ONE_INT, TRUE, ZERO_FLOAT, ZERO_INT, state_parameter
+from accumulator._internal.deprecation import deprecated
+from accumulator.core._host_step import HostStep
+from accumulator.policies.noise import NoiseTracker
+from accumulator.core._options import keyword_policies
+from accumulator.policies.base import HOOKS, takes_part
+from accumulator._internal.runtime import block_on_cpu
+from accumulator.batch_size.schedule import as_schedule
+from accumulator._internal.sums import all_finite, on_cpu, squared_total
 
 REDUCTIONS = ("mean", "sum")
 # Gradients summed in float16 or bfloat16 stall: 2048 + 1 is 2048 in float16.
@@ -66,7 +66,7 @@ def _reduced(grads, total, closing, grad_reducer):
 
 
 def _summary(needs, by_matmul, grads, factor, total, unscale, nonempty):
-    """The window summary the policies read (``accumulator.policy``): each value computed once, if asked for."""
+    """The window summary the policies read (``accumulator.policies.base``): each value computed once, if asked for."""
     window = {"total": total, "unscale": unscale, "nonempty": nonempty}
     norm = None
     if needs["norm"]:
@@ -93,16 +93,16 @@ class Accumulator:
     Args:
         optimizer: an ``nn.Optimizer``, or an ``experimental.optim`` / ``mint.optim`` one.
         accumulate_step: N: an int, a dict ``{update_count: N}``, a callable
-            or a ``NoiseScaleSchedule`` (``accumulator.schedule``).
+            or a ``NoiseScaleSchedule`` (``accumulator.batch_size.schedule``).
         reduction: ``"mean"`` or ``"sum"`` (the raw sum).
-        grad_reducer: run on the window's tensors once per window (``accumulator.distributed``).
+        grad_reducer: run on the window's tensors once per window (``accumulator.devices.all_reduce``).
         accumulate_dtype: the sums' dtype; ``None``: float32 for 16-bit parameters, else theirs.
         clip_norm, skip_nonfinite, loss_scaler, spike_factor, spike_warmup, track_noise,
-            micro_batch_size: the common policies' keywords (``accumulator.options``).
-        policies: more policies (``accumulator.policy``), after the keywords'.
+            micro_batch_size: the common policies' keywords (``accumulator.core._options``).
+        policies: more policies (``accumulator.policies.base``), after the keywords'.
 
     Attributes:
-        buffers: the window's sums, in flat buckets (``accumulator.buckets``).
+        buffers: the window's sums, in flat buckets (``accumulator._internal.buckets``).
         accumulate_step, micro_step, weight_total, update_count, skipped_windows:
             Parameters: N, micro-batches added, the mean's divisor, windows applied and skipped.
         policies: in the order their hooks run; ``noise``: the noise tracker, or None.
@@ -157,10 +157,10 @@ class Accumulator:
         self.host = HostStep(self)
 
     def attach(self, policy):
-        """Adds ``policy`` (an ``accumulator.policy.Policy``, or an object with its hooks) before the first compile.
+        """Adds ``policy`` (an ``accumulator.policies.base.Policy``, or an object with its hooks) before the first compile.
 
         Example:
-            >>> from accumulator.clipping import ClipNorm
+            >>> from accumulator.policies.clipping import ClipNorm
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), accumulate_step=2)
             >>> accumulator.attach(ClipNorm(1.0))
             >>> [type(p).__name__ for p in accumulator.policies]
@@ -288,7 +288,7 @@ class Accumulator:
         return position
 
     def step(self, flush=False):
-        """On the host after each ``accumulate``: True when it applied the window (``accumulator.host_step``).
+        """On the host after each ``accumulate``: True when it applied the window (``accumulator.core._host_step``).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=2)
@@ -299,7 +299,7 @@ class Accumulator:
         return self.host.step(flush)
 
     def add(self, grads, count=None):
-        """Sums ``grads`` without counting them (``count`` does); True when kept. For loops (``accumulator.window``).
+        """Sums ``grads`` without counting them (``count`` does); True when kept. For loops (``accumulator.drivers.window``).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD([Parameter(Tensor([0.0]), name="w")], 0.1), accumulate_step=4)
@@ -327,7 +327,7 @@ class Accumulator:
     def kept_share(self, count, kept):
         """``(steps, weight)`` one micro-batch adds to the window's count when ``add`` returned ``kept`` for it:
         1 and its ``count`` (None without one) when kept, 0 and 0 when left out. A loop sums these and passes them
-        to ``count`` once (``accumulator.window``).
+        to ``count`` once (``accumulator.drivers.window``).
 
         Example:
             >>> accumulator = Accumulator(nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1), 4)

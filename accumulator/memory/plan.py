@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Optional
 
-from accumulator.checks import positive_int
+from accumulator._internal.checks import positive_int
 
 # The share of MemAvailable a CPU run's default budget takes: the rest is for the system and other processes.
 BUDGET_FRACTION = 0.8
@@ -621,7 +621,7 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
         >>> plan_micro_batch(touch_memory, 6, 2 ** 20, args=(2 ** 20,), candidates=[2], steps=1)
         Traceback (most recent call last):
         ...
-        accumulator.plan.PlanError: a memory budget of 1.0 MiB is below the smallest micro-batch's need: ...
+        accumulator.memory.plan.PlanError: a memory budget of 1.0 MiB is below the smallest micro-batch's need: ...
     """
     if device is None:
         import mindspore as ms

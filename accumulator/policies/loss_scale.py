@@ -2,7 +2,7 @@
 import mindspore as ms
 from mindspore import ops
 
-from accumulator.policy import Policy
+from accumulator.policies.base import Policy
 
 
 @ms.jit_class

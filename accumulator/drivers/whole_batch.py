@@ -26,8 +26,8 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_rank
 
-from accumulator.accumulator import Accumulator
-from accumulator.layers import active_dropouts, batch_statistics_norms
+from accumulator.core.accumulator import Accumulator
+from accumulator._internal.layers import active_dropouts, batch_statistics_norms
 
 
 class AllGatherRepresentations:

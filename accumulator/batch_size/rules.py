@@ -24,9 +24,9 @@ from mindspore.experimental import optim
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 from mindspore.experimental.optim import adam as _adam, adamw as _adamw
 
-from accumulator.checks import positive_int
-from accumulator.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
-from accumulator.schedule import NoiseScaleSchedule
+from accumulator._internal.checks import positive_int
+from accumulator._internal.constants import ONE_FLOAT, ZERO_FLOAT, state_parameter
+from accumulator.batch_size.schedule import NoiseScaleSchedule
 
 RULES = ("linear", "sqrt", "adascale")
 # Optimizers that hand their learning rate to a kernel as a Python float, compiled into their graph.
@@ -121,7 +121,7 @@ class ScaleRule:
     (κ = 1), by default the accumulator's first window. Every update runs
     with the values for the N of the window it applies (the micro-batches
     it holds), set at that window's close: a policy of the accumulator
-    (``accumulator.policy``). Build it before the first compiled call.
+    (``accumulator.policies.base``). Build it before the first compiled call.
     Refuses, with one line naming what is missing, an optimizer it cannot
     change: a learning rate or betas compiled into its graph as constants.
 

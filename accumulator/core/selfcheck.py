@@ -17,9 +17,9 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
-from accumulator.accumulator import Accumulator
-from accumulator.batchnorm import WindowBatchNorm
-from accumulator.layers import active_dropouts, batch_statistics_norms
+from accumulator.core.accumulator import Accumulator
+from accumulator.policies.batchnorm import WindowBatchNorm
+from accumulator._internal.layers import active_dropouts, batch_statistics_norms
 
 # Relative to each gradient tensor's largest element. The window and the
 # large batch add the same per-sample terms in a different order (per
@@ -235,7 +235,7 @@ def _reasons(window, reference, micro_grads, noise, micro_batches, accumulator, 
 
 
 def _whole_batch_hint(large_loss, micro_losses, micro_batches, rtol):
-    """Points to accumulator.whole_batch when the large batch's loss is no sum or mean of the micro-batches' losses."""
+    """Points to accumulator.drivers.whole_batch when the large batch's loss is no sum or mean of the micro-batches' losses."""
     values = [_loss_value(loss) for loss in [large_loss] + micro_losses]
     if None in values:
         return ""

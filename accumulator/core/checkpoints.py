@@ -6,8 +6,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
-from accumulator.accumulator import Accumulator
-from accumulator.files import write_atomically
+from accumulator.core.accumulator import Accumulator
+from accumulator._internal.files import write_atomically
 
 
 class CheckpointMismatchError(ValueError):
@@ -127,7 +127,7 @@ def load_checkpoint(path: str, network: nn.Cell, optimizer: Union[nn.Optimizer, 
         >>> load_checkpoint(path, net, optimizer, Accumulator(optimizer, 2))
         Traceback (most recent call last):
         ...
-        accumulator.state.CheckpointMismatchError: checkpoint ... does not fit: accumulator.accumulate_step is 4, but this accumulator's accumulate_step gives 2 after 0 updates
+        accumulator.core.checkpoints.CheckpointMismatchError: checkpoint ... does not fit: accumulator.accumulate_step is 4, but this accumulator's accumulate_step gives 2 after 0 updates
     """
     state = training_state(network, optimizer, accumulator, loss_scaler, lr_scheduler)
     saved = ms.load_checkpoint(path)

@@ -17,8 +17,8 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, ops
 from mindspore.common.initializer import initializer
 
-from accumulator import capabilities
-from accumulator.deprecation import deprecated
+from accumulator._internal import capabilities
+from accumulator._internal.deprecation import deprecated
 
 # SplitWithSize is missing from some releases (docs/mindspore-behaviours.md#versions): then each piece is a Slice.
 _split_with_size = None if capabilities.SplitWithSize is None else capabilities.SplitWithSize()
@@ -37,7 +37,7 @@ def __getattr__(name):
 
     Example:
         >>> import warnings
-        >>> from accumulator import buckets
+        >>> from accumulator._internal import buckets
         >>> with warnings.catch_warnings():
         ...     warnings.simplefilter("ignore")
         ...     buckets.CAP == buckets.MAX_BUCKET_ELEMENTS
@@ -45,7 +45,7 @@ def __getattr__(name):
     """
     if name not in _RENAMED:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    deprecated(f"accumulator.buckets.{name}", f"accumulator.buckets.{_RENAMED[name]}")
+    deprecated(f"accumulator._internal.buckets.{name}", f"accumulator._internal.buckets.{_RENAMED[name]}")
     return globals()[_RENAMED[name]]
 
 

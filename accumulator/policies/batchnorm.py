@@ -16,16 +16,18 @@ large-batch update on what each layer was fed during the window: for a
 BatchNorm fed by the data, or by layers without BatchNorm, the window's
 whole batch; deeper ones see activations normalised per micro-batch.
 """
-from typing import List
+from typing import TYPE_CHECKING, List
 
 import numpy as np
 import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.communication import GlobalComm, get_group_size, get_rank
 
-from accumulator.accumulator import Accumulator
-from accumulator.distributed import WindowAllReduce
-from accumulator.policy import Policy
+from accumulator.devices.all_reduce import WindowAllReduce
+from accumulator.policies.base import Policy
+
+if TYPE_CHECKING:  # the core imports the policies: a name for the annotation only
+    from accumulator.core.accumulator import Accumulator
 
 
 def _state(value, name):
@@ -70,7 +72,7 @@ class _WindowMoments(Policy):
         self.momentum = float(layer.momentum)
         self.row = Tensor(np.eye(ranks, dtype=np.float32)[rank])
         zeros = np.zeros(layer.num_features, np.float32)
-        # Not `self.count`: that is a hook's name (accumulator.policy); the Parameter keeps its name.
+        # Not `self.count`: that is a hook's name (accumulator.policies.base); the Parameter keeps its name.
         self.samples = _state(0.0, prefix + "window_count")
         self.shift = _state(zeros, prefix + "window_shift")
         self.mean = _state(zeros, prefix + "window_mean")
@@ -203,7 +205,7 @@ def _rank_and_ranks(reducer):
     return get_rank(group), get_group_size(group)
 
 
-def convert_batchnorm(net: nn.Cell, accumulator: Accumulator) -> List[str]:
+def convert_batchnorm(net: nn.Cell, accumulator: "Accumulator") -> List[str]:
     """Makes every ``nn.BatchNorm1d``/``nn.BatchNorm2d`` in ``net`` pool its statistics over ``accumulator``'s window.
 
     Each layer is converted in place: the same object, with the same

@@ -3,10 +3,10 @@ import mindspore as ms
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Callback
 
-from accumulator.accumulator import Accumulator
-from accumulator.checks import boolean
-from accumulator.constants import ZERO_INT
-from accumulator.state import group_learning_rates
+from accumulator.core.accumulator import Accumulator
+from accumulator._internal.checks import boolean
+from accumulator._internal.constants import ZERO_INT
+from accumulator.core.checkpoints import group_learning_rates
 
 
 class AccumulationTrainCell(nn.Cell):

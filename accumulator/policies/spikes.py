@@ -2,9 +2,9 @@
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.checks import non_negative_int
-from accumulator.constants import state_parameter
-from accumulator.policy import Policy
+from accumulator._internal.checks import non_negative_int
+from accumulator._internal.constants import state_parameter
+from accumulator.policies.base import Policy
 
 # The running mean of window norms a spike is measured against: an
 # exponential average over roughly the last ten windows, bias-corrected.
@@ -31,7 +31,7 @@ class SkipSpikes(Policy):
     def __init__(self, factor, warmup=10):
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 < factor < float("inf"):
             raise ValueError(f"spike_factor must be a number above 1 or None, got {factor!r}")
-        # Not `self.factor`: that is a hook's name (accumulator.policy).
+        # Not `self.factor`: that is a hook's name (accumulator.policies.base).
         self.spike_factor = float(factor)
         self.warmup = max(non_negative_int(warmup, "spike_warmup"), 1)
         self.norm_average = state_parameter(0.0, ms.float32, "norm_average")

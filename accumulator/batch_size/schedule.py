@@ -13,8 +13,8 @@ from typing import Callable, Dict, Optional, Union
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.checks import positive_int
-from accumulator.noise import NOISE_DECAY
+from accumulator._internal.checks import positive_int
+from accumulator.policies.noise import NOISE_DECAY
 
 # The noise averages' horizon: an adaptive window waits for it to fill
 # before it moves, so a first noisy window cannot set N.

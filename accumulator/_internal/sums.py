@@ -7,7 +7,7 @@ On CPU they are taken by MatMul, which beats ReduceSum there
 import mindspore as ms
 from mindspore import ops
 
-from accumulator.constants import ones
+from accumulator._internal.constants import ones
 
 _hyper_map = ops.HyperMap()
 

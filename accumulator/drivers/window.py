@@ -13,8 +13,8 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.accumulator import Accumulator
-from accumulator.constants import ZERO_FLOAT, ZERO_INT
+from accumulator.core.accumulator import Accumulator
+from accumulator._internal.constants import ZERO_FLOAT, ZERO_INT
 
 
 # Module-level helpers: lambdas in in-graph branches do not compile

@@ -1,10 +1,10 @@
 """The Accumulator's keywords mapped to policies, in one place and in a fixed order."""
-from accumulator.checks import positive_int
-from accumulator.clipping import ClipNorm
-from accumulator.loss_scaling import LossScaling
-from accumulator.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
-from accumulator.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
-from accumulator.spikes import SkipSpikes
+from accumulator._internal.checks import positive_int
+from accumulator.policies.clipping import ClipNorm
+from accumulator.policies.loss_scale import LossScaling
+from accumulator.policies.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
+from accumulator.policies.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
+from accumulator.policies.spikes import SkipSpikes
 
 
 def keyword_policies(reduction="mean", clip_norm=None, skip_nonfinite=True, loss_scaler=None, spike_factor=None,

@@ -23,8 +23,8 @@ from typing import Callable, Dict, Mapping
 import mindspore as ms
 from mindspore import Parameter, Tensor, ops
 
-from accumulator.checks import positive_int
-from accumulator.constants import state_parameter
+from accumulator._internal.checks import positive_int
+from accumulator._internal.constants import state_parameter
 
 
 def snapshot_state(state: Mapping[str, Parameter]) -> Dict[str, object]:

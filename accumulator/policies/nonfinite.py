@@ -2,9 +2,9 @@
 import mindspore as ms
 from mindspore import Tensor, ops
 
-from accumulator.constants import state_parameter
-from accumulator.policy import Policy
-from accumulator.sums import all_finite, on_cpu
+from accumulator._internal.constants import state_parameter
+from accumulator.policies.base import Policy
+from accumulator._internal.sums import all_finite, on_cpu
 
 
 @ms.jit_class
