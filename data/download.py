@@ -6,7 +6,7 @@ import tempfile
 
 from download import download
 
-from common.files import write_atomically
+from accumulator.core.checkpoints import write_atomically
 
 
 def missing_folders(folder):

@@ -14,8 +14,8 @@ import struct
 
 import numpy as np
 
+from accumulator.core.checkpoints import write_atomically
 from common.checks import positive_int
-from common.files import write_atomically
 
 IMAGE_MAGIC = 2051
 LABEL_MAGIC = 2049

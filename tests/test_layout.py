@@ -80,3 +80,24 @@ def test_every_020_top_level_name_is_its_sub_packages_with_a_warning(name):
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
         accumulator.nothing
+
+
+def private_imports(path):
+    """What a file imports from the library that is private: an ``_internal`` module or an underscore name."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "accumulator":
+            names = node.module.split(".") + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [part for alias in node.names if alias.name.startswith("accumulator.")
+                     for part in alias.name.split(".")]
+        else:
+            continue
+        if any(name.startswith("_") for name in names):
+            yield f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+
+
+def test_the_tools_use_the_librarys_public_names_only():
+    tools = [path for folder in ("benchmarks", "common", "data", "models", "scripts", "training")
+             for path in sorted((PACKAGE.parent / folder).glob("*.py"))]
+    assert len(tools) > 20 and list(private_imports(PACKAGE / "core" / "checkpoints.py"))  # it sees _internal
+    assert [where for path in tools for where in private_imports(path)] == []

@@ -204,7 +204,7 @@ def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_sta
         np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
     inputs, labels = next(iter(toy_task().test_batches(2)))
     for last in (False, True, False):   # past N: the micro-step adds, only Accumulator.step() applies
-        run.micro_step(inputs, labels, ms.Tensor(2.0), ms.Tensor(last))
+        run.compiled_step(inputs, labels, ms.Tensor(2.0), ms.Tensor(last))
     assert (int(run.accumulator.micro_step), int(run.accumulator.update_count)) == (3, 0)
     # The window step, a jitted function, compiles by training the first window: the state is put back exactly.
     whole_windows = replace(config, driver="window", optimizer="momentum", track_noise=False)

@@ -14,7 +14,7 @@ import sys
 import mindspore as ms
 
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
-from common.files import unfinished_writes
+from accumulator.core.checkpoints import unfinished_writes
 from training.arguments import flag
 from training.errors import TrainingError
 from training.interrupts import deferred

@@ -32,7 +32,9 @@ ADAPTIVE = (AUTO, NOISE)
 MODES = ("graph", "pynative")
 # How a window is driven (docs/performance.md#which-driver): "auto" runs the window step at a fixed N; while N
 # changes, the in-graph call for nets of few parameter tensors (at most FEW_TENSORS) and the host step above it.
-DRIVERS = ("auto", "in-graph", "host", "window")
+# The window step's name is "window" on the command line (--driver window) and WINDOW_STEP here.
+WINDOW_STEP = "window"
+DRIVERS = ("auto", "in-graph", "host", WINDOW_STEP)
 # A branch in the graph costs more with every tensor that crosses it (docs/performance.md#which-driver).
 FEW_TENSORS = 8
 # How the optimizer follows the window (accumulator.batch_size.ScaleRule); --lr is the learning rate for one micro-batch.
@@ -81,8 +83,8 @@ def _check_micro_batch(config):
                              f"it needs a fixed accumulate_step of at least 2 and a smaller size than batch_size, got "
                              f"batch_size={config.batch_size}, accumulate_step={config.accumulate_step!r}"
                              + (f", micro_batch={config.micro_batch!r}" if config.micro_batch is not None else ""))
-        if config.whole_windows:
-            raise ValueError(f"{config.whole_windows}; last_micro_batch={config.last_micro_batch} makes the last "
+        if config.whole_window_reason:
+            raise ValueError(f"{config.whole_window_reason}; last_micro_batch={config.last_micro_batch} makes the last "
                              f"smaller")
     if config.memory_plan is not None and not isinstance(config.memory_plan, dict):
         raise ValueError(f"memory_plan must be None or a MemoryPlan.record() dict, got {config.memory_plan!r}")
@@ -182,7 +184,7 @@ class TrainConfig:
             positive_int(getattr(self, name), name)
         if self.accumulate_step not in ADAPTIVE:
             positive_int(self.accumulate_step, "accumulate_step")
-        elif self.driver == "window" and self.accumulate_step == NOISE:
+        elif self.driver == WINDOW_STEP and self.accumulate_step == NOISE:
             raise ValueError(f"accumulate_step={self.accumulate_step!r} changes N in the graph; driver='window' "
                              "needs N on the host")
         if self.clip_norm is not None and (isinstance(self.clip_norm, bool) or not isinstance(
@@ -248,16 +250,16 @@ class TrainConfig:
         return self.window_samples * self.ranks
 
     @property
-    def whole_windows(self):
+    def whole_window_reason(self):
         """Why every window must be whole micro-batches of ``batch_size`` (a phrase), or None: an uneven one may do.
 
         Example:
-            >>> TrainConfig(driver="window").whole_windows
+            >>> TrainConfig(driver="window").whole_window_reason
             "driver='window' stacks a window's micro-batches into one tensor of one shape"
-            >>> TrainConfig().whole_windows is None
+            >>> TrainConfig().whole_window_reason is None
             True
         """
-        if self.driver == "window":
+        if self.driver == WINDOW_STEP:
             return "driver='window' stacks a window's micro-batches into one tensor of one shape"
         if self.scale_rule != "none":
             return f"scale_rule={self.scale_rule!r} follows N micro-batches of batch_size"

@@ -18,7 +18,7 @@ from tqdm import tqdm
 from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
 from accumulator.batch_size import CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, restore_state, snapshot_state
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
-from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS
+from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS, WINDOW_STEP
 from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
@@ -38,9 +38,9 @@ class Run:
     ``"auto"``: ``choose_driver``'s pick). ``train_step(inputs, labels, count)
     -> summed loss`` adds one micro-batch and its count (a float32 Tensor,
     ``Task.count``) to the accumulator and updates the weights when its
-    window is full: in graph mode the compiled ``micro_step``, a
-    ``MicroStep`` whose accumulator applies the window in the same graph
-    (driver ``"in-graph"``), or a ``HostMicroStep`` that only adds while
+    window is full: in graph mode the Cell ``compiled_step``, an
+    ``InGraphStep`` whose accumulator applies the window in the same graph
+    (driver ``"in-graph"``), or a ``MicroStep`` that only adds while
     ``Accumulator.step()`` applies full windows from the host (``"host"``
     and ``"window"``); ``flush() -> bool`` applies a partial window (in graph
     mode by a compiled call); ``compile_window()`` compiles the calls that
@@ -74,7 +74,7 @@ class Run:
     window_step: Optional[Callable] = None
     eager_step: Optional[Callable] = None
     lr_scheduler: Optional[object] = None
-    micro_step: Optional[nn.Cell] = None
+    compiled_step: Optional[nn.Cell] = None
     compile_window: Optional[Callable] = None
     scale_rule: Optional[ScaleRule] = None
     critical: Optional[CriticalBatchSchedule] = None
@@ -94,16 +94,16 @@ class MicroStep(nn.Cell):
         >>> from mindspore import Tensor
         >>> net = nn.Dense(3, 1)
         >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), accumulate_step=2)
-        >>> def make_micro_step(net, accumulator):     # a closure: the graph reads net from it
+        >>> def make_step(net, accumulator):           # a closure: the graph reads net from it
         ...     def forward(x, y):
         ...         return ((net(x) - y) ** 2).sum()
         ...     return MicroStep(ms.value_and_grad(forward, None, accumulator.optimizer.parameters), accumulator)
-        >>> micro_step = make_micro_step(net, accumulator)
+        >>> step = make_step(net, accumulator)
         >>> x, y = Tensor(np.ones((4, 3), np.float32)), Tensor(np.zeros((4, 1), np.float32))
-        >>> micro_step.compile(x, y, Tensor(4.0), None)
+        >>> step.compile(x, y, Tensor(4.0), None)
         >>> int(accumulator.micro_step)          # compiled, not run
         0
-        >>> _ = micro_step(x, y, Tensor(4.0), None)
+        >>> _ = step(x, y, Tensor(4.0), None)
         >>> int(accumulator.micro_step), bool(accumulator.step()), int(accumulator.update_count)
         (1, False, 0)
     """
@@ -192,7 +192,7 @@ def choose_driver(config, optimizer):
     if config.mode != "graph":
         return "in-graph"
     if config.accumulate_step != NOISE and config.last_micro_batch is None:
-        return "window"
+        return WINDOW_STEP
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
 
@@ -257,7 +257,7 @@ def build_run(config, task):
 
     driver = choose_driver(config, optimizer)
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
-    window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == "window" else None
+    window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == WINDOW_STEP else None
     parts = dict(driver=driver, net=net, optimizer=optimizer, accumulator=accumulator, grad_fn=grad_fn,
                  window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule,
                  critical=critical)
@@ -266,13 +266,13 @@ def build_run(config, task):
     # Signals wait for the end of a compiled call: one during the compile would log a long MindSpore error.
     eval_step = finishing(ms.jit(eval_step))
     if driver == "in-graph":
-        micro_step, flush = InGraphStep(grad_fn, accumulator), _Flush(accumulator)
-        return Run(train_step=finishing(micro_step), flush=finishing(flush), eval_step=eval_step,
-                   micro_step=micro_step, compile_window=flush.compile, **parts)
-    micro_step = MicroStep(grad_fn, accumulator)
-    return Run(train_step=finishing(_applied_on_the_host(micro_step, accumulator)),
+        step, flush = InGraphStep(grad_fn, accumulator), _Flush(accumulator)
+        return Run(train_step=finishing(step), flush=finishing(flush), eval_step=eval_step,
+                   compiled_step=step, compile_window=flush.compile, **parts)
+    step = MicroStep(grad_fn, accumulator)
+    return Run(train_step=finishing(_applied_on_the_host(step, accumulator)),
                flush=finishing(functools.partial(accumulator.step, flush=True)), eval_step=eval_step,
-               micro_step=micro_step, compile_window=accumulator.host.compile, **parts)
+               compiled_step=step, compile_window=accumulator.host.compile, **parts)
 
 
 def _last(accumulator):
@@ -289,17 +289,17 @@ def _last(accumulator):
     return ms.Tensor(accumulator.next_ends_window())
 
 
-def _applied_on_the_host(micro_step, accumulator):
-    """``train_step`` from ``micro_step``, which only accumulates: ``Accumulator.step()`` applies full windows."""
+def _applied_on_the_host(step, accumulator):
+    """``train_step`` from ``step``, which only accumulates: ``Accumulator.step()`` applies full windows."""
     def train_step(inputs, labels, count):
-        loss_sum = micro_step(inputs, labels, count, _last(accumulator))
+        loss_sum = step(inputs, labels, count, _last(accumulator))
         accumulator.step()
         return loss_sum
     return train_step
 
 
 def compile_train_step(run, task, config, epoch):
-    """Compiles ``run.micro_step`` for epoch ``epoch``'s micro-batches, and ``Accumulator.step()``'s window update, without running them; returns the seconds taken.
+    """Compiles ``run.compiled_step`` for epoch ``epoch``'s micro-batches, and ``Accumulator.step()``'s window update, without running them; returns the seconds taken.
 
     The weights, the accumulator's buffers and counters stay as they were:
     the graphs are compiled (``Cell.compile``, ``Accumulator.host.compile``),
@@ -331,7 +331,7 @@ def compile_train_step(run, task, config, epoch):
         for inputs, labels in repeated.values() if run.window_step is None else ():
             count = ms.Tensor(task.count(labels), ms.float32)
             extra = () if run.driver == "in-graph" else (_last(run.accumulator),)
-            run.micro_step.compile(inputs, labels, count, *extra)
+            run.compiled_step.compile(inputs, labels, count, *extra)
         # A jitted function compiles only by running: the first window trains, the state goes back as after a probe
         # (docs/mindspore-behaviours.md#a-cell-compiles-without-running-a-jitted-function-cannot).
         if run.window_step is not None:
@@ -575,7 +575,7 @@ def _driver_description(run, config):
     """How the first line names the driver: with ``--driver auto``, why it was chosen."""
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
-    if run.driver == "window":
+    if run.driver == WINDOW_STEP:
         return f"driver window ({'N set between windows' if config.accumulate_step == AUTO else 'a fixed N'})"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"

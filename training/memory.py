@@ -43,8 +43,8 @@ def candidate_sizes(batch):
 
 
 def _whole_windows(config, sizes, batch):
-    """``sizes`` that divide ``batch`` when the run needs whole windows (``TrainConfig.whole_windows``), else all."""
-    return [size for size in sizes if batch % size == 0] if config.whole_windows else sizes
+    """``sizes`` that divide ``batch`` when windows must be whole (``TrainConfig.whole_window_reason``), else all."""
+    return [size for size in sizes if batch % size == 0] if config.whole_window_reason else sizes
 
 
 def tool_step(size, config, batch, make_task, task_args):
@@ -142,9 +142,9 @@ def _given(config, size, batch):
     ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
     if size > batch:
         raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
-    if batch % size and config.whole_windows:
-        raise TrainingError(in_flags(f"{config.whole_windows}; --micro-batch {size} does not divide the batch per "
-                                     f"update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
+    if batch % size and config.whole_window_reason:
+        raise TrainingError(in_flags(f"{config.whole_window_reason}; --micro-batch {size} does not divide the batch "
+                                     f"per update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
     return planned(config, size, batch)
 
 

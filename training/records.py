@@ -10,7 +10,7 @@ Everything here is computed from it.
 """
 import json
 
-from common.files import write_atomically
+from accumulator.core.checkpoints import write_atomically
 
 
 def epoch_line(record, epochs):

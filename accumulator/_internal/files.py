@@ -1,12 +1,12 @@
-"""Writing a file so that a crash mid-write never leaves it half-written (the checkpoints of ``state``).
+"""Writing a file so that a crash mid-write never leaves it half-written, and finding what a killed write left.
 
-A write killed outright leaves its temporary beside the file: ``.NAME.<random>.tmp<NAME's extension>``,
-or the ``.tmp`` file mindspore.save_checkpoint names after it; the tools' ``common.files.unfinished_writes``
-finds both by these names.
+Public as ``accumulator.core.checkpoints.write_atomically`` and ``unfinished_writes``: the checkpoints write
+through it, and so do the tools' logs, plots and data files.
 """
 import os
+import re
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 
 def write_atomically(path: str, write: Callable[[str], Any]) -> None:
@@ -15,7 +15,10 @@ def write_atomically(path: str, write: Callable[[str], Any]) -> None:
     The rename is atomic on one file system, so a reader (or a run resumed
     after a crash) sees either the old file whole or the new one whole. The
     parent folder is created if needed; on any failure the temporary file is
-    removed and ``path`` is left as it was.
+    removed and ``path`` is left as it was. The temporary ends as ``path``
+    does, extension included, so a writer that appends its own extension to
+    a name without it (``mindspore.save_checkpoint``, ``numpy.save``) writes
+    the temporary itself.
 
     Example:
         >>> import os, tempfile
@@ -24,13 +27,12 @@ def write_atomically(path: str, write: Callable[[str], Any]) -> None:
         ...     with open(temporary, "w") as f:
         ...         f.write("epoch 1")
         >>> write_atomically(path, write)
-        >>> open(path).read()
-        'epoch 1'
+        >>> open(path).read(), os.listdir(os.path.dirname(path))
+        ('epoch 1', ['run.txt'])
     """
-    folder = os.path.dirname(os.path.abspath(path))
+    folder, name = os.path.split(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    prefix, suffix = _temporary_name(path)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=suffix)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp" + os.path.splitext(name)[1])
     os.close(fd)
     try:
         write(temporary)
@@ -40,7 +42,27 @@ def write_atomically(path: str, write: Callable[[str], Any]) -> None:
             os.remove(temporary)
 
 
-def _temporary_name(path):
-    # Hidden, marked .tmp, and ending as ``path`` does: writers such as
-    # mindspore.save_checkpoint append their own extension to a name without it.
-    return f".{os.path.basename(path)}.", ".tmp" + os.path.splitext(path)[1]
+def unfinished_writes(path: str) -> List[str]:
+    """The temporary files that ``write_atomically(path, ...)`` calls killed mid-write left beside ``path``.
+
+    A process killed with SIGKILL cannot remove its temporary file; it holds
+    a partial copy and is never read. Remove them once no other process may
+    be writing ``path``.
+
+    Example:
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "epoch_001.ckpt")
+        >>> for name in (".epoch_001.ckpt.k3x9q_1a.tmp.ckpt", ".epoch_001.ckpt.z8_w2m0c.tmp.tmp",
+        ...              ".epoch_001.ckpt.keep"):
+        ...     open(os.path.join(os.path.dirname(path), name), "w").close()
+        >>> [os.path.basename(name) for name in unfinished_writes(path)]
+        ['.epoch_001.ckpt.k3x9q_1a.tmp.ckpt', '.epoch_001.ckpt.z8_w2m0c.tmp.tmp']
+    """
+    folder, name = os.path.split(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return []
+    # write_atomically's temporary: "." + name + ".", mkstemp's random part, ".tmp", then path's extension;
+    # mindspore.save_checkpoint writes its own ".tmp" file named after ours before renaming it (a kill mostly
+    # lands there).
+    left = re.compile(re.escape(f".{name}.") + r"[A-Za-z0-9_]+\.tmp(\..*)?$")
+    return sorted(os.path.join(folder, entry) for entry in os.listdir(folder) if left.match(entry))

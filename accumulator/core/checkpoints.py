@@ -1,4 +1,8 @@
-"""Save and restore a training run, accumulator included, mid-window and exactly."""
+"""Save and restore a training run, accumulator included, mid-window and exactly.
+
+``write_atomically``, the atomic write the checkpoints use, and ``unfinished_writes``, what a killed one left,
+are public here for any file a run writes (the tools' logs, plots and data).
+"""
 from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
@@ -7,7 +11,10 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.experimental.optim import Optimizer as NewOptimizer
 
 from accumulator.core.accumulator import Accumulator
-from accumulator._internal.files import write_atomically
+from accumulator._internal.files import unfinished_writes, write_atomically
+
+__all__ = ["CheckpointMismatchError", "group_learning_rates", "load_checkpoint", "save_checkpoint", "training_state",
+           "unfinished_writes", "write_atomically"]
 
 
 class CheckpointMismatchError(ValueError):
