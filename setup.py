@@ -20,12 +20,12 @@ setup(
     license_files=["LICENSE"],
     packages=find_packages(include=["accumulator", "accumulator.*"]),
     package_data={"accumulator": ["py.typed"]},
-    # README, "Tested on": the suite runs on 3.11; MindSpore's newest release for 3.9 is 2.9.0, and it ships
+    # docs/versions.md: the suite runs on 3.11; MindSpore's newest release for 3.9 is 2.9.0, and it ships
     # no wheel for 3.13 (2.10.0 stops at 3.12).
     python_requires=">=3.9,<3.13",
     # What `import accumulator` needs, and nothing else.
     install_requires=[
-        # The releases tested (README, "Tested on"): 2.7.0 lacks nn.Dropout2dExt and its compiled
+        # The releases tested (docs/versions.md): 2.7.0 lacks nn.Dropout2dExt and its compiled
         # mint.optim.Adam steps 1000x too far on CPU (docs/mindspore-behaviours.md#versions).
         # .ci/run tests this lower bound and the newest release; raise the upper one once 2.11 passes there.
         "mindspore>=2.7.1,<2.11",
