@@ -59,8 +59,8 @@ class EMA(Policy):
         reference = _check_reference(reference)
         self.warmup = boolean(warmup, "ema warmup")
         self.weights = tuple(weights)
-        self.average = tuple(Parameter(weight.astype(ms.float32), name=f"accumulator.ema.{weight.name}", requires_grad=False)
-                             for weight in self.weights)
+        self.average = tuple(Parameter(weight.astype(ms.float32), name=f"accumulator.ema.{weight.name}",
+                                       requires_grad=False) for weight in self.weights)
         self.reference = state_parameter(reference, ms.float32, "ema.reference")  # 0: the first window sets it
         self.moves = state_parameter(0, ms.int32, "ema.moves")
         # The closing window's weight, read by applied(): set and read in one window, so not checkpointed.
