@@ -14,7 +14,7 @@ from accumulator.drivers.model import AccumulationTrainCell
 from accumulator.drivers.whole_batch import make_whole_batch_step
 from accumulator.drivers.window import make_window_step
 from accumulator.policies import EMA
-from helpers import Scale, sweep
+from helpers import Scale, large_batch_step, make_data, make_net, make_optimizer, sweep
 
 DECAY = 0.8
 WINDOWS, N, MICRO_BATCH = 2, 2, 3
@@ -203,3 +203,25 @@ def test_a_checkpoint_resumes_the_average_exactly(tmp_path):
 def test_a_decay_outside_0_1_is_one_clear_line(decay):
     with pytest.raises(ValueError, match=r"^ema decay must be a number in \(0, 1\), got " + re.escape(repr(decay))):
         EMA([Scale().w], decay)
+
+
+@pytest.mark.slow
+@pytest.mark.msrun("ema")  # tests/ema_worker.py: two ranks, counted micro-batches of 5 and 3 rows
+def test_two_ranks_hold_the_same_average_the_large_batchs_without_communicating(msrun_folder):
+    import ema_worker
+    ranks = [dict(np.load(msrun_folder / f"ema_{rank}.npz")) for rank in (0, 1)]
+    for name in ranks[0]:
+        np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=name)
+    window = sum(ema_worker.SIZES) * ema_worker.ACCUMULATE_STEP
+    assert (float(ranks[0]["reference"]), int(ranks[0]["moves"])) == (window, ema_worker.WINDOWS)
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    step = large_batch_step(net, optimizer)
+    x, y = make_data(window * ema_worker.WINDOWS)
+    average = [p.asnumpy().astype(np.float64) for p in optimizer.parameters]
+    for start in range(0, window * ema_worker.WINDOWS, window):
+        step(Tensor(x[start:start + window]), Tensor(y[start:start + window]))
+        average = [ema_worker.DECAY * a + (1 - ema_worker.DECAY) * p.asnumpy() for a, p in zip(average,
+                                                                                               optimizer.parameters)]
+    for i, expected in enumerate(average):
+        np.testing.assert_allclose(ranks[0][f"average_{i}"], expected, rtol=1e-5, atol=1e-6)
