@@ -26,7 +26,7 @@ dict of Tensors, each computed once however many policies read it:
 """
 import mindspore as ms
 
-HOOKS = ("keep", "add", "count", "sample_last", "unscale", "factor", "gate", "close_window", "applied")
+HOOKS = ("keep", "add", "count", "sample_last", "unscale", "factor", "gate", "close_window", "after_update")
 
 
 @ms.jit_class
@@ -55,7 +55,7 @@ class Policy:
       ``ops.select``).
 
     After the optimizer step, once per applied window only (never for a
-    skipped or empty one): ``applied()``, the weights updated (a weight
+    skipped or empty one): ``after_update()``, the weights updated (a weight
     average: ``accumulator.policies.ema``).
 
     ``state_parameters()`` returns the Parameters a checkpoint holds and
@@ -112,7 +112,7 @@ class Policy:
     def close_window(self, tensors, window):
         return None
 
-    def applied(self):
+    def after_update(self):
         return None
 
 

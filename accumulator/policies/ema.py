@@ -63,7 +63,7 @@ class EMA(Policy):
                                        requires_grad=False) for weight in self.weights)
         self.reference = state_parameter(reference, ms.float32, "ema.reference")  # 0: the first window sets it
         self.moves = state_parameter(0, ms.int32, "ema.moves")
-        # The closing window's weight, read by applied(): set and read in one window, so not checkpointed.
+        # The closing window's weight, read by after_update(): set and read in one window, so not checkpointed.
         self.window_weight = state_parameter(0.0, ms.float32, "ema.window_weight")
 
     def state_parameters(self):
@@ -72,7 +72,7 @@ class EMA(Policy):
     def close_window(self, tensors, window):
         return ops.assign(self.window_weight, window["total"])
 
-    def applied(self):
+    def after_update(self):
         reference = ops.select(self.reference > 0, self.reference, self.window_weight)
         ops.assign(self.reference, reference)
         rho = ops.pow(self.decay, self.window_weight / reference)
