@@ -205,6 +205,11 @@ def test_a_decay_outside_0_1_is_one_clear_line(decay):
         EMA([Scale().w], decay)
 
 
+def test_a_reference_that_is_no_positive_number_is_one_clear_line():
+    with pytest.raises(ValueError, match=r"^ema reference must be None or a positive number, got 0$"):
+        EMA([Scale().w], 0.9, reference=0)
+
+
 @pytest.mark.slow
 @pytest.mark.msrun("ema")  # tests/ema_worker.py: two ranks, counted micro-batches of 5 and 3 rows
 def test_two_ranks_hold_the_same_average_the_large_batchs_without_communicating(msrun_folder):

@@ -6,7 +6,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, ops
 
 from accumulator._internal.checks import boolean
-from accumulator._internal.constants import ONE_FLOAT, state_parameter
+from accumulator._internal.constants import ONE_FLOAT, ONE_INT, state_parameter
 from accumulator.policies.base import Policy
 
 
@@ -81,7 +81,7 @@ class EMA(Policy):
             rho = ops.minimum(rho, (ONE_FLOAT + moves) / (10.0 + moves))
         for average, weight in zip(self.average, self.weights):
             ops.assign(average, rho * average + (ONE_FLOAT - rho) * weight.astype(ms.float32))
-        return ops.assign_add(self.moves, Tensor(1, ms.int32))
+        return ops.assign_add(self.moves, ONE_INT)
 
     @contextlib.contextmanager
     def averaged(self):
