@@ -41,7 +41,7 @@ def test_evaluation_reads_the_average_the_log_keeps_both_losses_and_resume_keeps
     assert evaluate(run, toy_task())["test_loss"] == last["trained_test_loss"]  # the trained weights are back
     with run.accumulator.find(EMA).averaged():
         assert evaluate(run, toy_task())["test_loss"] == last["test_loss"]
-    assert f"; without the average: test loss {last['trained_test_loss']:.4f}\n" in capsys.readouterr().out
+    assert f"; without the average: loss {last['trained_test_loss']:.4f}\n" in capsys.readouterr().out
 
     (tmp_path / "cut").mkdir()
     shutil.copy(tmp_path / "whole" / "epoch_001.ckpt", tmp_path / "cut")
@@ -60,5 +60,5 @@ def test_the_language_models_sample_and_validation_use_the_average(tmp_path, cap
     out = capsys.readouterr().out
     record = json.load(open(tmp_path / "run.json"))["epochs"][0]
     assert f"validation loss {record['test_loss']:.4f}" in out
-    assert f"; without the average: test loss {record['trained_test_loss']:.4f}\n" in out
+    assert f"; without the average: loss {record['trained_test_loss']:.4f}\n" in out
     assert "sample from 'KING', at temperature 0.8 with the weights' moving average:\nKING" in out

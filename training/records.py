@@ -38,11 +38,11 @@ def average_suffix(record):
 
     Example:
         >>> average_suffix({"test_loss": 0.3, "trained_test_loss": 0.35}), average_suffix({"test_loss": 0.3})
-        ('; without the average: test loss 0.3500', '')
+        ('; without the average: loss 0.3500', '')
     """
     if "trained_test_loss" not in record:
         return ""
-    return f"; without the average: test loss {record['trained_test_loss']:.4f}"
+    return f"; without the average: loss {record['trained_test_loss']:.4f}"
 
 
 def noise_suffix(record):
