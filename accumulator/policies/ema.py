@@ -79,8 +79,9 @@ class EMA(Policy):
         if self.warmup:
             moves = self.moves.astype(ms.float32)
             rho = ops.minimum(rho, (ONE_FLOAT + moves) / (10.0 + moves))
-        for average, weight in zip(self.average, self.weights):
-            ops.assign(average, rho * average + (ONE_FLOAT - rho) * weight.astype(ms.float32))
+        step = ONE_FLOAT - rho
+        for average, weight in zip(self.average, self.weights):  # one kernel per tensor: average + step * (w - average)
+            ops.assign(average, ops.lerp(average, weight.astype(ms.float32), step))
         return ops.assign_add(self.moves, ONE_INT)
 
     @contextlib.contextmanager
