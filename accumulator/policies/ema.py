@@ -80,8 +80,9 @@ class EMA(Policy):
             moves = self.moves.astype(ms.float32)
             rho = ops.minimum(rho, (ONE_FLOAT + moves) / (10.0 + moves))
         step = ONE_FLOAT - rho
-        for average, weight in zip(self.average, self.weights):  # one kernel per tensor: average + step * (w - average)
-            ops.assign(average, ops.lerp(average, weight.astype(ms.float32), step))
+        # Not ops.lerp: its CPU kernel takes about three times as long (docs/ema.md#what-it-costs).
+        for average, weight in zip(self.average, self.weights):
+            ops.assign_add(average, (weight.astype(ms.float32) - average) * step)
         return ops.assign_add(self.moves, ONE_INT)
 
     @contextlib.contextmanager
