@@ -95,7 +95,8 @@ def model_train(net, accumulator, grad_fn, loss_fn):
     Model(cell).train(1, dataset.batch(MICRO_BATCH), dataset_sink_mode=False)
 
 
-@pytest.mark.parametrize("driver", sweep([in_graph, host_step, window_step, whole_batch, model_train], fast=2),
+# The fast path runs the in-graph call; the host step drives every other test here.
+@pytest.mark.parametrize("driver", sweep([in_graph, host_step, window_step, whole_batch, model_train]),
                          ids=lambda driver: driver.__name__)
 def test_after_k_windows_the_average_is_the_large_batch_runs_average(driver):
     net, optimizer, loss_fn, grad_fn = regression()
