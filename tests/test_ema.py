@@ -206,9 +206,11 @@ def test_a_decay_outside_0_1_is_one_clear_line(decay):
         EMA([Scale().w], decay)
 
 
-def test_a_reference_that_is_no_positive_number_is_one_clear_line():
+def test_a_reference_that_is_no_positive_number_or_weights_that_are_no_parameters_are_one_clear_line():
     with pytest.raises(ValueError, match=r"^ema reference must be None or a positive number, got 0$"):
         EMA([Scale().w], 0.9, reference=0)
+    with pytest.raises(TypeError, match=r"^ema weights must be Parameters \(optimizer.parameters, say\), got \[\]$"):
+        EMA([], 0.9)
 
 
 @pytest.mark.slow

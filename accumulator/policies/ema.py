@@ -59,6 +59,8 @@ class EMA(Policy):
         reference = _check_reference(reference)
         self.warmup = boolean(warmup, "ema warmup")
         self.weights = tuple(weights)
+        if not self.weights or not all(isinstance(weight, Parameter) for weight in self.weights):
+            raise TypeError(f"ema weights must be Parameters (optimizer.parameters, say), got {weights!r}")
         self.average = tuple(Parameter(weight.astype(ms.float32), name=f"accumulator.ema.{weight.name}",
                                        requires_grad=False) for weight in self.weights)
         self.reference = state_parameter(reference, ms.float32, "ema.reference")  # 0: the first window sets it
