@@ -1,4 +1,4 @@
-"""--ema in the tools: evaluation and the sample use the weights' average, the log keeps both losses, resume keeps it."""
+"""--ema in the tools: evaluation and the sample read the weights' average, the log keeps both losses, resume too."""
 import json
 import shutil
 
@@ -29,7 +29,8 @@ def test_a_decay_outside_0_1_is_one_usage_line(tool, value, message, capsys):
 
 def saved(path):
     """Every Tensor of a checkpoint, as numpy (not its text: the history's timings)."""
-    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items() if not isinstance(value, str)}
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
+            if not isinstance(value, str)}
 
 
 def test_evaluation_reads_the_average_the_log_keeps_both_losses_and_resume_keeps_the_average(tmp_path, capsys):
