@@ -37,7 +37,7 @@ from data.text import TextUnavailableError  # noqa: E402
 from training.command import run_tool  # noqa: E402
 from training.lm import PROMPT, SAMPLE_TEMPERATURE, generate, lm_task_from_flags, prepare_text  # noqa: E402
 from training.lm_command import parse_args  # noqa: E402
-from training.loop import train  # noqa: E402
+from training.loop import averaged, train  # noqa: E402
 from training.memory import plan_run  # noqa: E402
 
 
@@ -58,8 +58,10 @@ def main(argv=None):
         task = lm_task_from_flags(path, flags)
         summary, run = train(config, task)
         if flags["sample_tokens"] and config.main_rank:
-            print(f"sample from {PROMPT!r}, at temperature {SAMPLE_TEMPERATURE}:\n"
-                  f"{generate(run.net, PROMPT, flags['sample_tokens'])}")
+            with averaged(run):  # --ema: the sample is the average's, as the evaluation is
+                text = generate(run.net, PROMPT, flags["sample_tokens"])
+            weights = "" if config.ema is None else " with the weights' moving average"
+            print(f"sample from {PROMPT!r}, at temperature {SAMPLE_TEMPERATURE}{weights}:\n{text}")
         return summary
 
     return run_tool(config, argv, __file__, body, errors=(TextUnavailableError,))

@@ -51,6 +51,7 @@ def scenarios(mnist_dir):
     """Every scenario by name: a function of its folder."""
     import batchnorm_worker
     import distributed_worker
+    import ema_worker
     import lm_distributed_worker
     import lm_tool_worker
     import whole_batch_worker
@@ -61,7 +62,8 @@ def scenarios(mnist_dir):
             "train_mnist": functools.partial(train_mnist_ranks, mnist_dir, flags=TRAIN_MNIST_FLAGS),
             "probe": functools.partial(train_mnist_ranks, mnist_dir, flags=PROBE_FLAGS),
             "memory": functools.partial(train_mnist_ranks, mnist_dir, flags=MEMORY_FLAGS),
-            "train_lm": lm_tool_worker.main}
+            "train_lm": lm_tool_worker.main,
+            "ema": in_data_parallel_graph(ema_worker.main)}
 
 
 def prepare(root, names):

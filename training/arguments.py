@@ -55,6 +55,26 @@ def positive_float(text):
     return value
 
 
+def fraction(text):
+    """argparse type: a number strictly between 0 and 1 (``--ema``'s decay).
+
+    Example:
+        >>> fraction("0.999")
+        0.999
+        >>> fraction("1")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a number in (0, 1), got 1
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1), got {text}")
+    return value
+
+
 def memory_size(text):
     """argparse type: a memory size such as 512MiB, 6GiB or 6G, in bytes (``accumulator.memory.parse_size``).
 

@@ -13,8 +13,8 @@ import sys
 import time
 
 from accumulator.memory import BUDGET_FRACTION
-from training.arguments import (device_target, flag, in_flags, memory_size, non_negative_int, one_of, positive_float,
-                                positive_int)
+from training.arguments import (device_target, flag, fraction, in_flags, memory_size, non_negative_int, one_of,
+                                positive_float, positive_int)
 from training.checkpoints import resume_hint
 from training.config import (ADAPTIVE, AUTO, AUTO_STEPS, DEVICES, DRIVERS, FEW_TENSORS, MODES, NOISE_STEPS,
                              PROBE_INTERVAL, PROBE_TOLERANCE, RESUME_FIELDS, SCALE_RULES, TrainConfig)
@@ -140,6 +140,10 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
     training.add_argument("--clip-norm", type=positive_float, default=None, metavar="X",
                           help="clip each window's mean gradient to global norm X, as the large batch's would be "
                                "(default: not clipped)")
+    training.add_argument("--ema", type=fraction, default=None, metavar="DECAY",
+                          help="evaluate (and sample) a moving average of the weights, moved once per update by "
+                               "DECAY at the first window's size, by DECAY^k at k times it (docs/ema.md; "
+                               "default: none)")
     training.add_argument("--epochs", type=positive_int, metavar="N",
                           help="total epochs, with --resume including those already done (default %(default)s)")
     training.add_argument("--lr", type=positive_float, help="learning rate (default %(default)s)")

@@ -41,7 +41,8 @@ FEW_TENSORS = 8
 SCALE_RULES = ("none", "linear", "sqrt", "adascale")
 # Settings that change the arithmetic or the data order: a resumed run must use the same.
 RESUME_FIELDS = ("batch_size", "accumulate_step", "last_micro_batch", "lr", "optimizer", "seed", "shuffle",
-                 "drop_last", "ranks", "scale_rule", "update_cost", "probe_interval", "probe_tolerance", "clip_norm")
+                 "drop_last", "ranks", "scale_rule", "update_cost", "probe_interval", "probe_tolerance", "clip_norm",
+                 "ema")
 
 
 def _one_of(value, name, choices):
@@ -108,7 +109,8 @@ class TrainConfig:
     with ``"noise"`` only: an update's seconds over a micro-step's, and N is
     then the window fastest in seconds (``NoiseScaleSchedule``); ``clip_norm``: each
     window's mean gradient clipped to this global norm (the large batch's, ``Accumulator(clip_norm=...)``),
-    None: not clipped; ``keep_checkpoints``
+    None: not clipped; ``ema``: the decay per update at the first window of a moving average of the weights that
+    evaluation uses (``accumulator.policies.EMA``, docs/ema.md#in-the-tools), None: none; ``keep_checkpoints``
     K keeps only the newest K in ``ckpt_dir`` (None: all); ``check`` runs the
     equivalence self-check before training; ``driver`` how windows are driven (``DRIVERS``:
     ``"auto"`` becomes the one ``training.loop.choose_driver`` picks for the net). ``micro_batch="auto"`` makes
@@ -148,6 +150,7 @@ class TrainConfig:
     probe_interval: Optional[int] = None
     probe_tolerance: Optional[float] = None
     clip_norm: Optional[float] = None
+    ema: Optional[float] = None
     shuffle: bool = True
     track_noise: bool = False
     check: bool = False
@@ -190,6 +193,9 @@ class TrainConfig:
         if self.clip_norm is not None and (isinstance(self.clip_norm, bool) or not isinstance(
                 self.clip_norm, numbers.Real) or not 0 < self.clip_norm < math.inf):
             raise ValueError(f"clip_norm must be a positive finite number, got {self.clip_norm!r}")
+        if self.ema is not None and (isinstance(self.ema, bool) or not isinstance(self.ema, numbers.Real)
+                                     or not 0 < self.ema < 1):
+            raise ValueError(f"ema must be a number in (0, 1), got {self.ema!r}")
         if self.update_cost is not None:
             if isinstance(self.update_cost, bool) or not isinstance(self.update_cost, numbers.Real) \
                     or not 0 < self.update_cost < math.inf:

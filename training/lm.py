@@ -28,7 +28,7 @@ from data.windows import window_slices
 from models.transformer import CausalLM, token_loss
 from training.errors import TrainingError
 from training.outputs import check_writable, claim_for_synthetic, is_synthetic
-from training.records import noise_suffix
+from training.records import average_suffix, noise_suffix
 from training.task import Task
 
 # Summed token loss over the window's tokens (exact), or each micro-batch's mean averaged (the naive way).
@@ -347,7 +347,7 @@ def lm_epoch_line(record, epochs):
             f"{record['test_loss']:.4f} (perplexity {record['perplexity']:.2f}), next-token accuracy "
             f"{record['test_accuracy']:.1%}, {record['tokens_per_second']:,.0f} tokens/s, "
             f"{record['tokens_per_update']:,.0f} tokens per update{padding}, {record['seconds']:.1f} s"
-            + noise_suffix(record))
+            + noise_suffix(record) + average_suffix(record))
 
 
 def lm_summary_line(summary, config, epoch_tokens):

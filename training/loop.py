@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
 from accumulator.batch_size import CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, restore_state, snapshot_state
+from accumulator.policies import EMA
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS, WINDOW_STEP
 from training.errors import TrainingError
@@ -224,7 +225,8 @@ def build_run(config, task):
                                              update_cost=config.update_cost)
     accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, clip_norm=config.clip_norm,
                               track_noise=config.tracks_noise,
-                              grad_reducer=WindowAllReduce() if config.distributed else None)
+                              grad_reducer=WindowAllReduce() if config.distributed else None,
+                              policies=[] if config.ema is None else [EMA(optimizer.parameters, config.ema)])
     if critical is not None:
         critical.bind(accumulator)
     scale_rule = None
@@ -548,6 +550,40 @@ def evaluate(run, task):
     return {"test_accuracy": correct / counted, "test_loss": loss_sum / counted}
 
 
+def averaged(run):
+    """A context in which ``run``'s weights are its moving average (``--ema``), the trained ones after; without
+    ``--ema`` it changes nothing.
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> run = build_run(TrainConfig(mode="pynative", ema=0.9), toy_task())
+        >>> with averaged(run):
+        ...     pass
+        >>> type(run.accumulator.find(EMA)).__name__
+        'EMA'
+    """
+    ema = run.accumulator.find(EMA)
+    return contextlib.nullcontext() if ema is None else ema.averaged()
+
+
+def evaluate_run(run, task):
+    """``evaluate`` with the weights evaluation uses: with ``--ema`` the average, and the trained weights' results
+    beside them as ``trained_test_accuracy`` and ``trained_test_loss`` (docs/ema.md#in-the-tools).
+
+    Example:
+        >>> from training.config import TrainConfig
+        >>> from training.task import toy_task
+        >>> sorted(evaluate_run(build_run(TrainConfig(mode="pynative", ema=0.9), toy_task()), toy_task()))
+        ['test_accuracy', 'test_loss', 'trained_test_accuracy', 'trained_test_loss']
+    """
+    if run.accumulator.find(EMA) is None:
+        return evaluate(run, task)
+    trained = {f"trained_{name}": value for name, value in evaluate(run, task).items()}
+    with averaged(run):
+        return {**evaluate(run, task), **trained}
+
+
 def _samples_per_rank(config, task):
     # Every rank reads ceil(n / ranks) samples: shards are padded to the same length.
     return -(-task.train_samples // config.ranks)
@@ -629,7 +665,7 @@ def train(config, task, progress=True):
         seen = sum(record["counted"] for record in history)
         record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank, seen)}
         evaluated = time.perf_counter()
-        record.update(evaluate(run, task))
+        record.update(evaluate_run(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
         record["updates"] = int(run.accumulator.update_count)

@@ -5,7 +5,9 @@ A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
 "samples_per_second", "counted" (what the loss is per: samples, or a
 language model's tokens), "updates" (so far)}``, and ``"noise_scale"``, ``"accumulate_step"`` (N
 at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
-gradient noise scale; ``"probes"`` with ``--accumulate-step auto`` (``training.probe``).
+gradient noise scale; ``"probes"`` with ``--accumulate-step auto`` (``training.probe``); with ``--ema`` the test
+results are the weights' moving average's, and ``"trained_test_accuracy"``, ``"trained_test_loss"`` the trained
+weights' (docs/ema.md#in-the-tools).
 Everything here is computed from it.
 """
 import json
@@ -28,7 +30,19 @@ def epoch_line(record, epochs):
     line = (f"epoch {record['epoch']}/{epochs}: train loss {record['train_loss']:.4f}, "
             f"test accuracy {record['test_accuracy']:.2%}, test loss {record['test_loss']:.4f}, "
             f"{record['samples_per_second']:,.0f} samples/s, {record['seconds']:.1f} s")
-    return line + noise_suffix(record)
+    return line + noise_suffix(record) + average_suffix(record)
+
+
+def average_suffix(record):
+    """What an epoch line ends with under ``--ema`` (its test results are the average's): the trained weights' loss.
+
+    Example:
+        >>> average_suffix({"test_loss": 0.3, "trained_test_loss": 0.35}), average_suffix({"test_loss": 0.3})
+        ('; without the average: loss 0.3500', '')
+    """
+    if "trained_test_loss" not in record:
+        return ""
+    return f"; without the average: loss {record['trained_test_loss']:.4f}"
 
 
 def noise_suffix(record):

@@ -445,6 +445,8 @@ class Accumulator:
         if self._casts:
             grads = buffers.cast_like(self.optimizer.parameters, grads)
         self.optimizer(grads)
+        for policy in self.hooks["after_update"]:
+            policy.after_update()
         ops.assign_add(self.update_count, ONE_INT)
         if clear:
             buffers.clear(self.buffers)

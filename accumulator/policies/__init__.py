@@ -6,10 +6,11 @@
 from accumulator.policies.base import Policy
 from accumulator.policies.batchnorm import WindowBatchNorm, convert_batchnorm
 from accumulator.policies.clipping import ClipNorm
+from accumulator.policies.ema import EMA
 from accumulator.policies.loss_scale import LossScaling
 from accumulator.policies.noise import NoiseFromEveryMicroBatch, NoiseFromLastMicroBatch
 from accumulator.policies.nonfinite import SkipNonFiniteMicroBatches, SkipNonFiniteWindows
 from accumulator.policies.spikes import SkipSpikes
 
-__all__ = ["ClipNorm", "LossScaling", "NoiseFromEveryMicroBatch", "NoiseFromLastMicroBatch", "Policy",
+__all__ = ["ClipNorm", "EMA", "LossScaling", "NoiseFromEveryMicroBatch", "NoiseFromLastMicroBatch", "Policy",
            "SkipNonFiniteMicroBatches", "SkipNonFiniteWindows", "SkipSpikes", "WindowBatchNorm", "convert_batchnorm"]

@@ -26,7 +26,7 @@ dict of Tensors, each computed once however many policies read it:
 """
 import mindspore as ms
 
-HOOKS = ("keep", "add", "count", "sample_last", "unscale", "factor", "gate", "close_window")
+HOOKS = ("keep", "add", "count", "sample_last", "unscale", "factor", "gate", "close_window", "after_update")
 
 
 @ms.jit_class
@@ -53,6 +53,10 @@ class Policy:
       ``window_tensors()`` reduced across devices; ``window["applied"]``
       says whether the update runs. It must not branch on Tensors (use
       ``ops.select``).
+
+    After the optimizer step, once per applied window only (never for a
+    skipped or empty one): ``after_update()``, the weights updated (a weight
+    average: ``accumulator.policies.ema``).
 
     ``state_parameters()`` returns the Parameters a checkpoint holds and
     ``window_tensors()`` the Tensors summed across devices with the window.
@@ -106,6 +110,9 @@ class Policy:
         return None
 
     def close_window(self, tensors, window):
+        return None
+
+    def after_update(self):
         return None
 
 
