@@ -237,3 +237,9 @@ def test_a_probe_puts_back_every_parameter_a_policy_holds(policy):
     for path, param in after.values():
         if path not in (schedule.kept.name, schedule.accumulate_step.name):
             np.testing.assert_array_equal(param.asnumpy(), ends[1][path], err_msg=f"{policy}: {path}")
+
+
+def test_the_old_name_of_n_still_reads_it_and_warns():
+    schedule = CriticalBatchSchedule(interval=10, first_step=4)
+    with pytest.warns(DeprecationWarning, match="CriticalBatchSchedule.step is deprecated.*accumulate_step"):
+        assert schedule.step is schedule.accumulate_step
