@@ -1,10 +1,12 @@
 """accumulator.memory.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from accumulator.memory.plan import (Measurement, MeasuringChild, MemoryPlan, Pl
                               measure_in_child, parse_size, peak_resident, plan_micro_batch, touch_memory)
 from accumulator.memory._child import failure
 
+ROOT = next(folder for folder in Path(__file__).resolve().parents if (folder / "docs").is_dir())
 MIB = 2 ** 20
 GIB = 2 ** 30
 
@@ -259,3 +262,14 @@ def test_a_reused_child_resets_its_peak_and_counts_no_less_than_a_fresh_one():
     fresh = measure_in_child(touch_memory, 1, args=(64 * MIB,), steps=1)
     assert large.peak - small.peak > 150 * MIB  # reset: the 4 samples' block is no longer the peak
     assert small.peak >= fresh.peak - 8 * MIB, (small.peak, fresh.peak)  # what it still holds counts: conservative
+
+
+@pytest.mark.slow  # the page's planning example, saved and run as a script: a child per size
+def test_the_docs_planning_example_runs_as_a_saved_script(tmp_path):
+    page = (ROOT / "docs" / "memory-plan.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    writes_steps, plans = blocks[0], next(block for block in blocks if "def main():" in block)
+    (tmp_path / "plan_it.py").write_text(writes_steps + plans, encoding="utf-8")
+    done = subprocess.run([sys.executable, "plan_it.py"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "per update" in done.stdout, done.stderr[-2000:]
