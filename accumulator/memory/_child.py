@@ -131,12 +131,16 @@ def _write(path, text):
         return False
 
 
-def _die_with_parent():
-    """Asks Linux to SIGKILL this child when its parent ends, however it ends (``prctl(PR_SET_PDEATHSIG)``)."""
+def _parent_alive():
+    """Asks Linux to SIGKILL this child when its parent ends (``prctl(PR_SET_PDEATHSIG)``); False if it has ended.
+
+    The request counts from now: a parent that ended while this child imported (seconds) is checked by pid.
+    """
     try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6").prctl(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the parent's close() and the pipe's end stop it
         pass
+    return os.getppid() == multiprocessing.parent_process().pid
 
 
 def _serve(connection, make_step, args, steps):
@@ -145,7 +149,8 @@ def _serve(connection, make_step, args, steps):
     It offers itself to the OOM killer first and ends with its parent. Each answer says whether it can take
     another size: not after an error, nor when it cannot reset its peak (each size then takes a fresh child).
     """
-    _die_with_parent()
+    if not _parent_alive():
+        return
     _write("/proc/self/oom_score_adj", "1000")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this child
     while True:
