@@ -302,3 +302,12 @@ def test_a_planner_ended_by_sigterm_leaves_no_child_behind():
         assert not os.path.exists(f"/proc/{child}")
     finally:
         planner.kill()
+
+
+def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn():
+    import accumulator.memory
+    import accumulator.memory.plan as plan
+    with pytest.warns(DeprecationWarning, match="accumulator.memory.Probe is deprecated.*accumulator.memory.Measurement"):
+        assert accumulator.memory.Probe is Measurement
+    with pytest.warns(DeprecationWarning, match="plan.ProbeChild is deprecated.*plan.MeasuringChild"):
+        assert plan.ProbeChild is MeasuringChild
