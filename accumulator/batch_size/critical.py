@@ -209,7 +209,7 @@ class CriticalBatchSchedule:
         return int(self.accumulate_step)
 
     def windows(self):
-        """The windows the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
+        """The Ns the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
 
         Example:
             >>> CriticalBatchSchedule(interval=10, first_step=16, max_step=40, branches=3).windows()
@@ -217,24 +217,24 @@ class CriticalBatchSchedule:
         """
         found = []
         for index in range(self.branches):
-            window = min(self.current * 2 ** index, self.max_step)
-            if window not in found:
-                found.append(window)
+            accumulate_step = min(self.current * 2 ** index, self.max_step)
+            if accumulate_step not in found:
+                found.append(accumulate_step)
         return found
 
     def branch_length(self) -> int:
         """Micro-batches each branch of the next probe trains: ``branch_windows`` windows of the largest.
 
-        A multiple of every window compared, so every branch ends on a whole window.
+        A multiple of every N compared, so every branch ends on a whole window.
 
         Example:
-            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # windows 1, 2
+            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # N = 1, 2
             8
         """
-        windows = self.windows()
-        length = self.branch_windows * windows[-1]
-        while any(length % window for window in windows):
-            length += windows[-1]
+        steps = self.windows()
+        length = self.branch_windows * steps[-1]
+        while any(length % accumulate_step for accumulate_step in steps):
+            length += steps[-1]
         return length
 
     def should_probe(self, samples_seen) -> bool:
