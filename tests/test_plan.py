@@ -311,3 +311,23 @@ def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn():
         assert accumulator.memory.Probe is Measurement
     with pytest.warns(DeprecationWarning, match="plan.ProbeChild is deprecated.*plan.MeasuringChild"):
         assert plan.ProbeChild is MeasuringChild
+
+
+def test_an_interrupt_while_a_size_runs_closes_its_child(monkeypatch):
+    closed = []
+
+    class Interrupted:
+        alive = True
+
+        def __init__(self, *args):
+            pass
+
+        def measure(self, size, samples, limit):
+            raise KeyboardInterrupt  # Ctrl-C, or the tools' SIGTERM, while the child runs the size
+
+        def close(self):
+            closed.append(True)
+    monkeypatch.setattr("accumulator.memory.plan.MeasuringChild", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plan_micro_batch(touch_memory, 8, "1GiB", args=(MIB,), device="CPU")
+    assert closed == [True]  # MeasuringChild.close() kills a child that is running a size
