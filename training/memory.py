@@ -25,9 +25,9 @@ from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
 
-# Windows timed per probe, each on its own, after the one that compiles: a window is the run's unit, and
+# Windows timed per size measured, each on its own, after the one that compiles: a window is the run's unit, and
 # several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
-PROBE_WINDOWS = 3
+TIMED_WINDOWS = 3
 
 
 def candidate_sizes(batch):
@@ -52,7 +52,7 @@ def _whole_windows(config, sizes, batch):
 def tool_step(size, config, batch, make_task, task_args):
     """``accumulator.memory.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
 
-    Runs in the probe's child: sets the device and mode, builds
+    Runs in the measuring child: sets the device and mode, builds
     ``make_task(*task_args)`` (once per child: the sizes after the first
     reuse it) and ``training.loop.build_run`` for the config
     the run will train with (``planned``: micro-batches of ``size``, N =
@@ -73,14 +73,14 @@ def tool_step(size, config, batch, make_task, task_args):
     config = configure_context(planned(config, size, batch))
     task = _task(make_task, task_args)
     run = build_run(config, task)
-    compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a probe times no compile
+    compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a measurement times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     window = next(iter(epoch_windows(config, task, 1)))
     return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count, config.last_micro_batch))
 
 
-# The task a probe child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
+# The task a measuring child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
 _loaded = []
 
 
@@ -123,14 +123,14 @@ def plan_run(config, make_task, task_args):
     say = print if config.main_rank else _quiet
     if config.resume:
         return _kept(config, batch, say)
-    probe_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
+    measured_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
     try:
         plan, failed = plan_micro_batch(tool_step, batch, _budget(config),
                                         candidates=_whole_windows(config, candidate_sizes(batch), batch),
-                                        args=(probe_config, batch, make_task, task_args), device=config.device_target,
-                                        steps=PROBE_WINDOWS, window=True), None
+                                        args=(measured_config, batch, make_task, task_args), device=config.device_target,
+                                        steps=TIMED_WINDOWS, window=True), None
     except PlanError as error:
         plan, failed = None, f"--micro-batch auto: {error}"
     chosen = _gathered(plan.micro_batch if plan else 0) if config.distributed else [plan.micro_batch if plan else 0]
@@ -173,7 +173,7 @@ def planned(config, size, batch, plan=None):
 
     N is ``ceil(batch / size)``; where ``size`` does not divide ``batch``
     the last micro-batch is smaller (``last_micro_batch``), so every window
-    still holds ``batch``. The probes build their run from it too, so they
+    still holds ``batch``. The measurements build their run from it too, so they
     hold the driver and window the run will.
 
     Example:
