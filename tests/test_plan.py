@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from accumulator.memory.plan import (Measurement, MeasuringChild, MemoryPlan, PlanError, choose_micro_batch, format_size,
-                              measure_in_child, parse_size, peak_resident, plan_micro_batch, touch_memory)
+from accumulator.memory.plan import (Measurement, MeasuringChild, MemoryPlan, PlanError, choose_micro_batch,
+                                     format_size, measure_in_child, parse_size, peak_resident, plan_micro_batch,
+                                     touch_memory)
 from accumulator.memory._child import failure
 
 ROOT = next(folder for folder in Path(__file__).resolve().parents if (folder / "docs").is_dir())
@@ -307,7 +308,7 @@ def test_a_planner_ended_by_sigterm_leaves_no_child_behind():
 def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn():
     import accumulator.memory
     import accumulator.memory.plan as plan
-    with pytest.warns(DeprecationWarning, match="accumulator.memory.Probe is deprecated.*accumulator.memory.Measurement"):
+    with pytest.warns(DeprecationWarning, match="memory.Probe is deprecated.*accumulator.memory.Measurement"):
         assert accumulator.memory.Probe is Measurement
     with pytest.warns(DeprecationWarning, match="plan.ProbeChild is deprecated.*plan.MeasuringChild"):
         assert plan.ProbeChild is MeasuringChild

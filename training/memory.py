@@ -129,8 +129,8 @@ def plan_run(config, make_task, task_args):
     try:
         plan, failed = plan_micro_batch(tool_step, batch, _budget(config),
                                         candidates=_whole_windows(config, candidate_sizes(batch), batch),
-                                        args=(measured_config, batch, make_task, task_args), device=config.device_target,
-                                        steps=TIMED_WINDOWS, window=True), None
+                                        args=(measured_config, batch, make_task, task_args),
+                                        device=config.device_target, steps=TIMED_WINDOWS, window=True), None
     except PlanError as error:
         plan, failed = None, f"--micro-batch auto: {error}"
     chosen = _gathered(plan.micro_batch if plan else 0) if config.distributed else [plan.micro_batch if plan else 0]
@@ -144,7 +144,7 @@ def plan_run(config, make_task, task_args):
 
 
 def _budget(config):
-    """``--memory-budget``, each rank's; by default the host's share of each rank on it (docs/memory-plan.md#the-tools)."""
+    """``--memory-budget``, each rank's; by default each rank's share of its host's (docs/memory-plan.md#the-tools)."""
     if config.memory_budget is not None or not config.distributed:
         return config.memory_budget
     host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF  # one int per host, the same in every process

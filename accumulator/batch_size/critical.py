@@ -315,7 +315,8 @@ class CriticalBatchSchedule:
         """
         steps = sorted(losses_by_step)
         if not steps or not all(_accumulate_step(n) and _loss(losses_by_step[n]) for n in steps):
-            raise ValueError(f"losses_by_step must map Ns (ints >= 1) to losses (numbers), got {dict(losses_by_step)!r}")
+            raise ValueError(f"losses_by_step must map Ns (ints >= 1) to losses (numbers), "
+                             f"got {dict(losses_by_step)!r}")
         if not _loss(start_loss):
             raise ValueError(f"start_loss must be a loss (a number), got {start_loss!r}")
         smallest, chosen = float(losses_by_step[steps[0]]), steps[0]
@@ -330,7 +331,7 @@ class CriticalBatchSchedule:
         return chosen
 
     def set_window(self, accumulate_step: int) -> None:
-        """Makes ``accumulate_step`` the N of the current and next windows, between windows (a branch's, or the chosen one).
+        """Makes ``accumulate_step`` the N of the current and next windows, between windows (a branch's, or the chosen).
 
         Example:
             >>> from mindspore import nn

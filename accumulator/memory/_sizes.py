@@ -13,7 +13,7 @@ _LARGEST = 2 ** 60
 
 
 def parse_size(text):
-    """Bytes from ``text``: a number and an optional binary unit K, M, G or T (``6G``, ``6Gi``, ``6GB``, ``6GiB``: 6 x 2**30).
+    """Bytes from ``text``: a number and an optional binary unit K, M, G or T (``6G``, ``6Gi``, ``6GiB``: 6 x 2**30).
 
     Example:
         >>> parse_size("512MiB"), parse_size("6Gi"), parse_size("1.5 GiB"), parse_size("4096")
