@@ -79,7 +79,12 @@ def failure(error):
 
 
 def wait(result):
-    """Blocks until the step's outputs are computed: MindSpore may return before a launch ends."""
+    """Blocks until the step's outputs are computed: MindSpore may return before a launch ends.
+
+    Example:
+        >>> from mindspore import Tensor
+        >>> wait((Tensor([1.0]), "not a Tensor"))
+    """
     for value in result if isinstance(result, (tuple, list)) else (result,):
         if hasattr(value, "asnumpy"):
             value.asnumpy()
@@ -89,6 +94,11 @@ def run_step(make_step, size, args, steps):
     """``(phases, calls)``: each timed call's seconds, at least ``steps`` and ``SECONDS`` after one that compiles.
 
     ``phases`` are the seconds of ``make_step``, of the first call, and of the timed calls together.
+
+    Example:
+        >>> phases, calls = run_step(touch_memory, 2, (1024,), steps=3)
+        >>> list(phases), len(calls) >= 3
+        (['build', 'first call', 'timed'], True)
     """
     started = time.perf_counter()
     step = make_step(size, *args)
@@ -103,7 +113,12 @@ def run_step(make_step, size, args, steps):
 
 
 def speed(samples, seconds):
-    """``(median samples/s, half the range)`` over calls of ``samples`` each that took ``seconds``."""
+    """``(median samples/s, half the range)`` over calls of ``samples`` each that took ``seconds``.
+
+    Example:
+        >>> speed(8, [0.5, 0.25, 0.1])
+        (32.0, 32.0)
+    """
     rates = sorted(samples / max(call, 1e-9) for call in seconds)
     middle = len(rates) // 2
     median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
