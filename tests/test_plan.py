@@ -163,7 +163,7 @@ def test_a_child_killed_is_out_of_memory_one_that_dies_names_the_unguarded_scrip
         plan_micro_batch(exits, 4, "1GiB", candidates=[4], device="CPU")
     monkeypatch.setattr("accumulator.memory._child.TIMEOUT", 1.0)
     with MeasuringChild(hangs) as child:
-        assert measure_in_child(hangs, 2, child=child).outcome == "no answer in 1 s: the child was stopped as hung"
+        assert child.measure(2).outcome == "no answer in 1 s: the child was stopped as hung"
         assert not child.alive
 
 
@@ -251,7 +251,7 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample(children_started)
 @pytest.mark.slow
 def test_a_reused_child_resets_its_peak_and_counts_no_less_than_a_fresh_one():
     with MeasuringChild(touch_memory, args=(64 * MIB,), steps=1) as child:
-        large, small = (measure_in_child(touch_memory, size, child=child) for size in (4, 1))
+        large, small = child.measure(4), child.measure(1)
         assert child.alive
     fresh = measure_in_child(touch_memory, 1, args=(64 * MIB,), steps=1)
     assert large.peak - small.peak > 150 * MIB  # reset: the 4 samples' block is no longer the peak

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 
+from accumulator.memory._records import Measurement
 from accumulator.memory._sizes import format_size
 
 # Calls timed per size, each on its own, after one that compiles, and the least time they take together: a few
@@ -205,8 +206,8 @@ _NO_ANSWER = (None,) * 5 + (False,)
 class MeasuringChild:
     """A child process (``spawn`` context) that measures ``make_step``'s step at one size after another.
 
-    ``measure(size, samples, limit)`` returns ``(outcome, peak, samples/s,
-    spread, phases)``: the child builds ``make_step(size, *args)``, runs it
+    ``measure(size, samples, limit)`` returns the size's ``Measurement``
+    (``samples``: what one call trains, None: ``size``): the child builds ``make_step(size, *args)``, runs it
     once to compile, times at least ``steps`` calls and ``SECONDS``, and
     reports its peak resident memory, reset after each size (so a size after
     the first also counts what the child still holds: more than a fresh run,
@@ -231,11 +232,11 @@ class MeasuringChild:
         """Whether the child can measure another size."""
         return not self._connection.closed and self._process.is_alive()
 
-    def measure(self, size, samples, limit=None):
-        """``(outcome, peak, samples/s, spread, phases)`` of ``size``; ``limit``: the resident bytes it may hold."""
+    def measure(self, size, samples=None, limit=None):
+        """The ``Measurement`` of ``size``; ``limit``: the resident bytes past which the child is stopped."""
         started, self._busy = time.perf_counter(), True
         try:
-            self._connection.send((size, samples))
+            self._connection.send((size, samples or size))
             stopped_at = self._watch(limit, started + TIMEOUT)
             answer = _NO_ANSWER if stopped_at else self._connection.recv()
         except (EOFError, OSError):  # it ended without a word: killed, or exited from native code
@@ -252,9 +253,10 @@ class MeasuringChild:
             code = self._process.exitcode
             outcome = f"{OUT_OF_MEMORY} (killed by {signal.Signals(-code).name})" if code < 0 else \
                 f"the child exited with status {code} before answering: {_UNGUARDED}"
+        seconds = time.perf_counter() - started
         if phases:  # the rest: the child's start and imports (its first size), freeing memory after the size
-            phases = {"start": time.perf_counter() - started - sum(phases.values()), **phases}
-        return outcome, peak, rate, spread, phases
+            phases = {"start": seconds - sum(phases.values()), **phases}
+        return Measurement(size, peak, rate, outcome, spread, seconds, phases)
 
     def _watch(self, limit, deadline):
         """Waits for the answer; kills the child and says why (its resident bytes, or "hung") if it must."""

@@ -166,8 +166,8 @@ def choose_micro_batch(measure, batch, budget, candidates=None, margin=MARGIN):
     return MemoryPlan(batch, chosen.size, int(budget), margin, tuple(probes))
 
 
-def measure_in_child(make_step, size, args=(), steps=STEPS, samples=None, child=None, limit=None):
-    """The ``Measurement`` of ``make_step(size, *args)``'s step in ``child`` (a ``MeasuringChild``), or one of its own.
+def measure_in_child(make_step, size, args=(), steps=STEPS, samples=None, limit=None):
+    """The ``Measurement`` of ``make_step(size, *args)``'s step, in a ``MeasuringChild`` of its own.
 
     ``samples`` is what one call of the step trains (None: ``size``). The
     child's peak resident memory includes its MindSpore import and anything
@@ -181,12 +181,8 @@ def measure_in_child(make_step, size, args=(), steps=STEPS, samples=None, child=
         >>> measure_in_child(touch_memory, 2, args=(2 ** 30,), steps=1, limit=measured.peak + 2 ** 29).outcome[:28]
         'over the budget (stopped at '
     """
-    started = time.perf_counter()
-    if child is None:
-        with MeasuringChild(make_step, args, steps) as own:
-            return measure_in_child(make_step, size, args, steps, samples, own, limit)
-    outcome, peak, rate, spread, phases = child.measure(size, samples or size, limit)
-    return Measurement(size, peak, rate, outcome, spread, time.perf_counter() - started, phases)
+    with MeasuringChild(make_step, args, steps) as child:
+        return child.measure(size, samples, limit)
 
 
 def _measure_on_device(make_step, size, args=(), steps=STEPS, samples=None):
@@ -256,8 +252,7 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
     def measure(size):  # one child while sizes fit (docs/memory-plan.md#planning-cost)
         if not children or not children[-1].alive:
             children.append(MeasuringChild(make_step, args, steps))
-        measured = measure_in_child(make_step, size, args, steps, batch if window else size, children[-1],
-                                    None if size == smallest else usable)
+        measured = children[-1].measure(size, batch if window else size, None if size == smallest else usable)
         if measured.outcome == "measured" and measured.peak > usable:
             children[-1].close()  # what it still holds would count in the next, smaller size's peak
         return measured
