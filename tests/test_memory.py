@@ -198,3 +198,10 @@ def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthet
     assert int(saved["accumulator.update_count"].asnumpy()) == 200 // 4
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_drop_last_leaves_no_short_micro_batch_in_uneven_windows():
+    from training.task import toy_task
+    windows = toy_task(50).train_windows(16, 2, shuffle=False, seed=0, drop_remainder=True, num_shards=None,
+                                         shard_id=None, last_micro_batch=4)   # B 20 as 16 + 4 over 50 samples
+    assert [[labels.shape[0] for _, labels in window] for window in windows] == [[16, 4], [16, 4]]
