@@ -205,3 +205,10 @@ def test_drop_last_leaves_no_short_micro_batch_in_uneven_windows():
     windows = toy_task(50).train_windows(16, 2, shuffle=False, seed=0, drop_remainder=True, num_shards=None,
                                          shard_id=None, last_micro_batch=4)   # B 20 as 16 + 4 over 50 samples
     assert [[labels.shape[0] for _, labels in window] for window in windows] == [[16, 4], [16, 4]]
+
+
+def test_the_help_says_whose_budget_it_is(capsys):
+    with pytest.raises(SystemExit):
+        train_mnist.parse_args(["--help"])
+    assert "under msrun each rank's (default: 80% of the available memory, shared among the ranks on the host)" \
+        in " ".join(capsys.readouterr().out.split())
