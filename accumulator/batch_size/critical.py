@@ -163,7 +163,7 @@ class CriticalBatchSchedule:
         first = self.min_step if first_step is None else positive_int(first_step, "first_step")
         if not self.min_step <= first <= self.max_step:
             raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
-        self.accumulate_step = state_parameter(first, ms.int32, "critical_batch.step")  # N; the 0.2.0 name
+        self.accumulate_step = state_parameter(first, ms.int32, "critical_batch.step")  # N: checkpoints keep the name
         self.kept = state_parameter(0, ms.int32, "critical_batch.kept")
         self.accumulator = None
 
