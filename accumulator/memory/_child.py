@@ -97,7 +97,7 @@ def run_step(make_step, size, args, steps):
     ``phases`` are the seconds of ``make_step``, of the first call, and of the timed calls together.
 
     Example:
-        >>> phases, calls = run_step(touch_memory, 2, (1024,), steps=3)
+        >>> phases, calls = run_step(touch_memory, 2, (2 ** 20,), steps=3)
         >>> list(phases), len(calls) >= 3
         (['build', 'first call', 'timed'], True)
     """
