@@ -16,7 +16,7 @@ from _pytest.doctest import DoctestItem
 
 
 # Multi-process examples (a probe child each, docs/memory-plan.md#planning-cost): the full suite runs them.
-SLOW_DOCTESTS = {"accumulator.memory.plan.ProbeChild", "accumulator.memory.plan.measure_in_child",
+SLOW_DOCTESTS = {"accumulator.memory.plan.measure_in_child",
                  "accumulator.memory.plan.plan_micro_batch"}
 
 

@@ -279,8 +279,8 @@ class Window(list):
         self.samples = sum(labels.shape[0] for _, labels in micro_batches) if samples is None else samples
 
 
-def _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch):
-    for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch):
+def _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch, drop_short):
+    for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_short):
         start = window[0][0]
         # One gather per window; its micro-batches and the stacked pair are views of it.
         x, y = images[order[start:window[-1][1]]], labels[order[start:window[-1][1]]]
@@ -330,4 +330,4 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
     order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    return _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch)
+    return _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch, drop_remainder)

@@ -6,7 +6,7 @@ Every pipeline (``training.task.toy_task``, ``data.mnist.mnist_windows``,
 from common.checks import positive_int
 
 
-def window_slices(n, batch_size, accumulate_step, last_micro_batch=None):
+def window_slices(n, batch_size, accumulate_step, last_micro_batch=None, drop_short=False):
     """``n`` rows in windows, each a list of ``(start, stop)`` row bounds, one per micro-batch.
 
     A whole window holds ``accumulate_step`` micro-batches of ``batch_size``
@@ -16,10 +16,13 @@ def window_slices(n, batch_size, accumulate_step, last_micro_batch=None):
     what is left, in the same micro-batches; its last ``stop`` may pass
     ``n``: slicing cuts it short, and a pipeline that fills its last
     micro-batch (the language model's all-PAD rows) fills it up to there.
+    With ``drop_short`` (``--drop-last``) that short micro-batch is left out.
 
     Example:
         >>> window_slices(26, 8, 3, last_micro_batch=4)
         [[(0, 8), (8, 16), (16, 20)], [(20, 28)]]
+        >>> window_slices(26, 8, 3, last_micro_batch=4, drop_short=True)
+        [[(0, 8), (8, 16), (16, 20)]]
         >>> window_slices(10, 3, 2)
         [[(0, 3), (3, 6)], [(6, 9), (9, 12)]]
     """
@@ -29,8 +32,9 @@ def window_slices(n, batch_size, accumulate_step, last_micro_batch=None):
     for start in range(0, n, sum(sizes)):
         bounds = [start]
         for size in sizes:
-            if bounds[-1] >= n:
+            if bounds[-1] >= n or drop_short and bounds[-1] + size > n:
                 break
             bounds.append(bounds[-1] + size)
-        windows.append(list(zip(bounds, bounds[1:])))
+        if len(bounds) > 1:
+            windows.append(list(zip(bounds, bounds[1:])))
     return windows

@@ -3,8 +3,9 @@ input, and the branches: a probe that keeps N leaves the run bit for bit as with
 as a run that trained at the grown N."""
 import numpy as np
 import pytest
-from mindspore import Tensor, nn
+from mindspore import Parameter, Tensor, amp, nn
 
+import accumulator.policies as shipped
 from accumulator import Accumulator, training_state
 from accumulator.batch_size import CriticalBatchSchedule, ScaleRule
 from helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
@@ -70,11 +71,36 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
 
 def test_bad_losses_change_nothing():
     schedule = bound_schedule()
-    with pytest.raises(ValueError, match="finite losses"):
-        schedule.choose({1: 1.0, 2: float("inf")}, start_loss=2.0)
-    with pytest.raises(ValueError, match="start_loss must be a finite loss, got nan"):
-        schedule.choose({1: 1.0, 2: 1.0}, start_loss=float("nan"))
+    with pytest.raises(ValueError, match=r"losses_by_step must map Ns \(ints >= 1\) to losses \(numbers\)"):
+        schedule.choose({1: 1.0, 2: "low"}, start_loss=2.0)
+    with pytest.raises(ValueError, match="start_loss must be a loss \\(a number\\), got None"):
+        schedule.choose({1: 1.0, 2: 1.0}, start_loss=None)
     assert schedule.current == 1 and schedule.should_probe(0)
+
+
+@pytest.mark.parametrize("losses, start_loss", [
+    ({1: 1.0, 2: float("nan")}, 2.0), ({1: 1.0, 2: float("inf")}, 2.0),   # 2 diverged
+    ({1: float("nan"), 2: 1.0}, 2.0),                                         # 1 did: no progress to keep pace with
+    ({1: 1.0, 2: 1.0}, float("nan")),                                         # nothing to measure progress from
+])
+def test_a_loss_that_is_not_finite_does_not_keep_pace(losses, start_loss):
+    schedule = bound_schedule()
+    assert schedule.choose(losses, start_loss) == 1 and int(schedule.kept) == 1
+
+
+def test_a_diverging_branch_is_recorded_and_the_run_goes_on_from_the_smallest():
+    schedule, trained = bound_schedule(max_step=8, branches=3), []
+    losses = iter([2.0, 1.0, 1.0, float("nan"), 1.0])   # the start, then N = 1, 2, 4 (diverges), and no more
+    probed = schedule.probe({}, trained.append, lambda: next(losses))
+    assert trained == [1, 2, 4] and schedule.current == 2
+    assert probed["branches"][4]["loss"] != probed["branches"][4]["loss"]    # NaN, as logged
+
+
+def test_a_probe_whose_start_is_not_finite_trains_n_alone():
+    schedule, trained = bound_schedule(), []
+    losses = iter([float("inf"), 1.0])
+    probed = schedule.probe({}, trained.append, lambda: next(losses))
+    assert trained == [1] and schedule.current == 1 and sorted(probed["branches"]) == [1]
 
 
 class ToyRun:
@@ -149,3 +175,71 @@ def test_a_probe_that_grows_n_continues_from_its_branch():
     assert optimizer_state(probed.optimizer).keys() == optimizer_state(at_two.optimizer).keys()
     for name, value in optimizer_state(at_two.optimizer).items():
         np.testing.assert_array_equal(optimizer_state(probed.optimizer)[name], value, err_msg=name)
+
+
+# Every policy the library ships, as a run would hold it: a new one must be added here (the test checks the list).
+POLICIES = {
+    "ClipNorm": lambda: shipped.ClipNorm(0.01),
+    "LossScaling": lambda: shipped.LossScaling(amp.DynamicLossScaler(2.0 ** 10, 2, 1)),   # doubles every window
+    "NoiseFromEveryMicroBatch": lambda: shipped.NoiseFromEveryMicroBatch(4),
+    "NoiseFromLastMicroBatch": lambda: shipped.NoiseFromLastMicroBatch(4),
+    "SkipNonFiniteMicroBatches": shipped.SkipNonFiniteMicroBatches,
+    "SkipNonFiniteWindows": shipped.SkipNonFiniteWindows,
+    "SkipSpikes": lambda: shipped.SkipSpikes(1.01, warmup=1),
+}
+
+
+def held(value, path, found, depth=3):
+    """Every Parameter reachable from ``value`` through attributes, lists and dicts (not Cells: training_state's)."""
+    if isinstance(value, Parameter):
+        found.setdefault(id(value), (path, value))
+    elif isinstance(value, (list, tuple)) or isinstance(value, dict) and depth:
+        for key, item in (value.items() if isinstance(value, dict) else enumerate(value)):
+            held(item, f"{path}[{key}]", found, depth)
+    elif depth and hasattr(value, "__dict__") and not isinstance(value, (nn.Cell, Accumulator, type)):
+        for name, item in vars(value).items():
+            held(item, f"{path}.{name}", found, depth - 1)
+    return found
+
+
+def test_the_policies_shipped_are_the_ones_probed_below():
+    classes = {name for name in shipped.__all__
+               if isinstance(getattr(shipped, name), type) and issubclass(getattr(shipped, name), shipped.Policy)}
+    assert classes - {"Policy"} == set(POLICIES)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_probe_puts_back_every_parameter_a_policy_holds(policy):
+    x, y = make_data(12)
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    schedule = CriticalBatchSchedule(interval=100, max_step=2, branch_windows=2)
+    accumulator = Accumulator(optimizer, schedule, policies=[POLICIES[policy]()])
+    schedule.bind(accumulator)
+    ScaleRule(accumulator, "linear", tuned_step=1)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer), use_jit=False)
+    micro_batches = split(x, y, [2] * 6)
+    for micro_batch in micro_batches[:2]:
+        step(*micro_batch)
+    state = training_state(net, optimizer, accumulator)
+    ends = {}
+
+    def branch(accumulate_step):
+        for micro_batch in micro_batches[2:]:
+            step(*micro_batch)
+        everything = held(accumulator.policies, "policies", {id(param): (name, param) for name, param in state.items()})
+        ends[accumulate_step] = {path: param.asnumpy().copy() for path, param in everything.values()}
+
+    losses = iter([10.0, 1.0, 5.0])   # N = 2 loses most of N = 1's progress: the run goes on from N = 1's branch
+    schedule.probe(state, branch, lambda: next(losses))
+    assert schedule.current == 1
+    after = held(accumulator.policies, "policies", {id(param): (name, param) for name, param in state.items()})
+    for path, param in after.values():
+        if path not in (schedule.kept.name, schedule.accumulate_step.name):
+            np.testing.assert_array_equal(param.asnumpy(), ends[1][path], err_msg=f"{policy}: {path}")
+
+
+def test_the_old_name_of_n_still_reads_it_and_warns():
+    schedule = CriticalBatchSchedule(interval=10, first_step=4)
+    with pytest.warns(DeprecationWarning, match="CriticalBatchSchedule.step is deprecated.*accumulate_step"):
+        assert schedule.step is schedule.accumulate_step

@@ -51,6 +51,57 @@ def test_a_batch_that_does_not_split_over_the_ranks_is_refused():
         training.memory.plan_run(config, toy_task, ())
 
 
+def distributed_plan(monkeypatch, others, plans=True):
+    """``plan_run`` on rank 0 of 3 on one host, the other ranks' chosen sizes ``others``; the budget it planned in."""
+    from accumulator.memory import MemoryPlan, Measurement, PlanError
+    from training.config import TrainConfig
+    from training.task import toy_task
+    budgets = []
+
+    def plan(make_step, batch, budget, **settings):
+        budgets.append(budget)
+        if not plans:
+            raise PlanError("a memory budget of 1.0 MiB is below the smallest micro-batch's need: ...")
+        return MemoryPlan(batch, 4, budget, 0.1, (Measurement(4, 2 ** 20, 1.0),))
+    monkeypatch.setattr(training.memory, "plan_micro_batch", plan)
+    monkeypatch.setattr(training.memory, "default_budget", lambda device: 3 * 2 ** 30)
+    monkeypatch.setattr(training.memory, "_gathered", lambda value: [value] * 3 if value > 4 else [value, *others])
+    config = TrainConfig(batch_size=24, accumulate_step=1, micro_batch="auto", distributed=True, ranks=3)
+    return training.memory.plan_run(config, toy_task, ()), budgets
+
+
+def test_ranks_on_one_host_share_its_default_budget_and_take_the_smallest_size(monkeypatch):
+    config, budgets = distributed_plan(monkeypatch, [4, 2])
+    assert budgets == [2 ** 30] and (config.batch_size, config.accumulate_step) == (2, 4)
+
+
+def test_a_rank_that_cannot_plan_ends_every_rank_in_one_line(monkeypatch):
+    from training.errors import TrainingError
+    with pytest.raises(TrainingError, match=r"^--micro-batch auto: rank 2 found no micro-batch: see its error$"):
+        distributed_plan(monkeypatch, [4, 0])
+    with pytest.raises(TrainingError, match=r"^--micro-batch auto: a memory budget of 1\.0 MiB is below"):
+        distributed_plan(monkeypatch, [4, 4], plans=False)
+
+
+@pytest.mark.parametrize("flags, why", [
+    ({"driver": "window"}, "--driver window stacks a window's micro-batches into one tensor of one shape"),
+    ({"scale_rule": "linear"}, "--scale-rule linear follows N micro-batches of batch_size"),
+])
+def test_resuming_an_uneven_window_with_a_setting_that_needs_whole_ones_is_one_line(tmp_path, flags, why):
+    from training.config import TrainConfig
+    from training.errors import TrainingError
+    from training.task import toy_task
+    saved = {"batch_size": 8, "accumulate_step": 3, "last_micro_batch": 4}   # 8 + 8 + 4, planned for 20
+    ms.save_checkpoint([{"name": "weight", "data": ms.Tensor([0.0])}], str(tmp_path / "epoch_001.ckpt"),
+                       append_dict={"config": json.dumps(saved)})
+    config = TrainConfig(batch_size=20, accumulate_step=1, micro_batch="auto", resume=True, ckpt_dir=str(tmp_path),
+                         **flags)
+    with pytest.raises(TrainingError) as error:
+        training.memory.plan_run(config, toy_task, ())
+    assert str(error.value) == (f"{why}; {tmp_path / 'epoch_001.ckpt'} was trained with 8 + 8 + 4 per rank: "
+                                f"resume without it")
+
+
 def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatch):
     from training.config import TrainConfig
     from training.loop import build_run
@@ -147,3 +198,17 @@ def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthet
     assert int(saved["accumulator.update_count"].asnumpy()) == 200 // 4
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_drop_last_leaves_no_short_micro_batch_in_uneven_windows():
+    from training.task import toy_task
+    windows = toy_task(50).train_windows(16, 2, shuffle=False, seed=0, drop_remainder=True, num_shards=None,
+                                         shard_id=None, last_micro_batch=4)   # B 20 as 16 + 4 over 50 samples
+    assert [[labels.shape[0] for _, labels in window] for window in windows] == [[16, 4], [16, 4]]
+
+
+def test_the_help_says_whose_budget_it_is(capsys):
+    with pytest.raises(SystemExit):
+        train_mnist.parse_args(["--help"])
+    assert "under msrun each rank's (default: 80% of the available memory, shared among the ranks on the host)" \
+        in " ".join(capsys.readouterr().out.split())

@@ -1,12 +1,21 @@
 """accumulator.memory.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
 import os
+import re
 import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
 
 import pytest
 
-from accumulator.memory.plan import (MemoryPlan, PlanError, Probe, ProbeChild, choose_micro_batch, format_size,
-                              measure_in_child, parse_size, peak_resident, plan_micro_batch, touch_memory)
+from accumulator.memory.plan import (Measurement, MeasuringChild, MemoryPlan, PlanError, choose_micro_batch,
+                                     format_size, measure_in_child, parse_size, peak_resident, plan_micro_batch,
+                                     touch_memory)
+from accumulator.memory._child import failure
 
+ROOT = next(folder for folder in Path(__file__).resolve().parents if (folder / "docs").is_dir())
 MIB = 2 ** 20
 GIB = 2 ** 30
 
@@ -16,7 +25,7 @@ def linear(base, per_sample, speeds=None, calls=None):
     def measure(size):
         if calls is not None:
             calls.append(size)
-        return Probe(size, base + per_sample * size, float(size) if speeds is None else speeds[size])
+        return Measurement(size, base + per_sample * size, float(size) if speeds is None else speeds[size])
     return measure
 
 
@@ -57,7 +66,7 @@ def test_the_line_never_skips_the_smallest_size_so_the_error_names_a_measured_ne
 
 def test_sizes_within_the_noise_are_tied_and_the_larger_is_taken():
     def speeds(table, spread=None):
-        return lambda size: Probe(size, MIB, table[size], spread=spread)
+        return lambda size: Measurement(size, MIB, table[size], spread=spread)
     assert choose_micro_batch(speeds({1: 5.0, 2: 100.0, 4: 102.0, 8: 100.0}), 8, GIB).micro_batch == 8  # within 3%
     assert choose_micro_batch(speeds({1: 5.0, 2: 100.0, 4: 110.0, 8: 100.0}), 8, GIB).micro_batch == 4
     # The same 10% apart, but each size's calls spread 12 samples/s either way: not told apart, so the larger.
@@ -78,7 +87,7 @@ def test_a_batch_smaller_than_one_micro_batch_says_so():
 
 def test_a_failure_that_is_not_memory_reports_its_reason():
     def measure(size):
-        return Probe(size, outcome="ValueError: shapes (4, 3) and (2,) not aligned") if size == 4 \
+        return Measurement(size, outcome="ValueError: shapes (4, 3) and (2,) not aligned") if size == 4 \
             else linear(0, MIB)(size)
     with pytest.raises(PlanError, match=r"micro-batch 4 failed, not for memory: ValueError: shapes"):
         choose_micro_batch(measure, 8, budget=GIB)
@@ -90,7 +99,7 @@ def test_out_of_memory_or_stopped_over_the_budget_steps_down_to_the_sizes_that_f
 
     def measure(size):
         calls.append(size)
-        return Probe(size, None if outcome.startswith("out") else GIB, outcome=outcome) if size >= 4 \
+        return Measurement(size, None if outcome.startswith("out") else GIB, outcome=outcome) if size >= 4 \
             else linear(0, MIB)(size)
     plan = choose_micro_batch(measure, 16, budget=GIB)
     assert plan.micro_batch == 2 and calls == [16, 8, 4, 2, 1]
@@ -99,18 +108,89 @@ def test_out_of_memory_or_stopped_over_the_budget_steps_down_to_the_sizes_that_f
 
 def test_a_smallest_size_stopped_over_the_budget_names_how_far_it_got():
     def stopped(size):
-        return Probe(size, 100 * MIB, outcome="over the budget (stopped at 100.0 MiB)")
+        return Measurement(size, 100 * MIB, outcome="over the budget (stopped at 100.0 MiB)")
     with pytest.raises(PlanError, match=r"micro-batch 1 passed 100\.0 MiB when it was stopped, so it needs a budget "
                                         r"of more than 111\.1 MiB"):
         choose_micro_batch(stopped, 4, budget=100 * MIB)
 
 
 def test_sizes_parse_in_binary_units_and_read_back():
-    assert parse_size("6GiB") == parse_size("6G") == parse_size("6gb") == 6 * 2 ** 30
+    assert parse_size("6GiB") == parse_size("6G") == parse_size("6gb") == parse_size("6Gi") == 6 * 2 ** 30
     assert format_size(parse_size("512MiB")) == "512.0 MiB"
-    for bad in ("", "6 parsecs", "0G", "-1G"):
+    for bad in ("", "6 parsecs", "-1G", "6iB"):
         with pytest.raises(ValueError, match="expected a size such as 512MiB"):
             parse_size(bad)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0.5", "a size must be at least 1 byte, got '0.5' (0 bytes)"),
+    ("0G", "a size must be at least 1 byte, got '0G' (0 bytes)"),
+    ("9" * 400, "a size must be at most 1 EiB, got '99999999999999999999...'"),
+])
+def test_a_size_of_no_byte_or_past_any_machine_is_one_line(text, message):
+    with pytest.raises(ValueError) as error:
+        parse_size(text)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("error", [MemoryError("std::bad_alloc"), RuntimeError("Out of memory on device 0"),
+                                   RuntimeError("Malloc device memory failed, size[1024]"),
+                                   RuntimeError("Device(id:0) memory isn't enough and alloc failed")])
+def test_a_memory_error_in_the_step_is_out_of_memory_and_the_search_steps_down(error):
+    outcome = failure(error)
+    assert outcome.startswith("out of memory (") and type(error).__name__ in outcome
+
+    def measure(size):
+        return Measurement(size, outcome=outcome) if size > 2 else Measurement(size, MIB, 1.0)
+    assert choose_micro_batch(measure, 8, budget=GIB).micro_batch == 2
+
+
+def exits(size):
+    os._exit(1)  # as a child whose unguarded script's top level failed does, before any answer
+
+
+def hangs(size):
+    time.sleep(3600)
+
+
+@pytest.mark.slow  # three children
+def test_a_child_killed_is_out_of_memory_one_that_dies_names_the_unguarded_script_one_that_hangs_is_stopped(
+        monkeypatch):
+    assert measure_in_child(killed, 1).outcome == "out of memory (killed by SIGKILL)"
+    assert peak_resident() > 0  # and the run is still here
+    with pytest.raises(PlanError, match=r"micro-batch 4 failed, not for memory: the child exited with status 1 "
+                                        r"before answering: did the script that plans lack `if __name__ == "):
+        plan_micro_batch(exits, 4, "1GiB", candidates=[4], device="CPU")
+    monkeypatch.setattr("accumulator.memory._child.TIMEOUT", 1.0)
+    with MeasuringChild(hangs) as child:
+        assert child.measure(2).outcome == "no answer in 1 s: the child was stopped as hung"
+        assert not child.alive
+
+
+def test_peak_memory_is_read_without_proc_in_kib_on_linux_and_bytes_on_macos(monkeypatch):
+    def no_proc(path, *args, **kwargs):
+        raise OSError(path)
+    monkeypatch.setattr("builtins.open", no_proc)
+    monkeypatch.setitem(sys.modules, "resource", types.SimpleNamespace(
+        RUSAGE_SELF=0, getrusage=lambda who: types.SimpleNamespace(ru_maxrss=1000)))
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert peak_resident() == 1000 * 1024
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert peak_resident() == 1000
+    monkeypatch.setitem(sys.modules, "resource", None)  # Windows: no resource module
+    assert peak_resident() is None
+    with pytest.raises(PlanError, match="this system gives no peak memory to read"):
+        plan_micro_batch(touch_memory, 8, "1GiB", device="CPU")
+
+
+@pytest.mark.slow  # a process of its own
+def test_the_library_imports_without_the_resource_module():
+    code = ("import sys, mindspore\n"  # MindSpore needs it on Linux: the library must not
+            "sys.modules['resource'] = None\n"
+            "import accumulator, accumulator.memory.plan\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_a_step_that_is_not_importable_is_refused_before_any_child():
@@ -119,13 +199,9 @@ def test_a_step_that_is_not_importable_is_refused_before_any_child():
 
 
 def test_the_plan_records_what_it_measured():
-    plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Probe(4, 5 * MIB, 9.0, spread=0.5, seconds=2.0),))
+    plan = MemoryPlan(8, 4, 2 ** 30, 0.1, (Measurement(4, 5 * MIB, 9.0, spread=0.5, seconds=2.0),))
     assert plan.record()["probes"] == [{"size": 4, "peak": 5 * MIB, "samples_per_second": 9.0, "outcome": "measured",
                                         "spread": 0.5, "seconds": 2.0, "phases": None}]
-
-
-def raise_for(size):
-    raise ValueError(f"no step for {size} samples\n\n- C++ Call Stack: (For framework developers)")
 
 
 def killed(size):
@@ -134,15 +210,15 @@ def killed(size):
 
 @pytest.fixture
 def children_started(monkeypatch):
-    """A list that gains an entry for each ``ProbeChild`` the planner starts."""
+    """A list that gains an entry for each ``MeasuringChild`` the planner starts."""
     started = []
 
-    class CountedChild(ProbeChild):
+    class CountedChild(MeasuringChild):
         def __init__(self, *args, **kwargs):
             started.append(True)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr("accumulator.memory.plan.ProbeChild", CountedChild)
+    monkeypatch.setattr("accumulator.memory.plan.MeasuringChild", CountedChild)
     return started
 
 
@@ -173,17 +249,86 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample(children_started)
 
 
 @pytest.mark.slow
-def test_a_child_killed_by_a_signal_is_out_of_memory_and_an_exception_is_its_text():
-    assert measure_in_child(killed, 1).outcome == "out of memory (killed by SIGKILL)"
-    assert measure_in_child(raise_for, 3).outcome == "ValueError: no step for 3 samples"
-    assert peak_resident() > 0  # and the run is still here
-
-
-@pytest.mark.slow
 def test_a_reused_child_resets_its_peak_and_counts_no_less_than_a_fresh_one():
-    with ProbeChild(touch_memory, args=(64 * MIB,), steps=1) as child:
+    with MeasuringChild(touch_memory, args=(64 * MIB,), steps=1) as child:
         large, small = child.measure(4), child.measure(1)
         assert child.alive
     fresh = measure_in_child(touch_memory, 1, args=(64 * MIB,), steps=1)
     assert large.peak - small.peak > 150 * MIB  # reset: the 4 samples' block is no longer the peak
     assert small.peak >= fresh.peak - 8 * MIB, (small.peak, fresh.peak)  # what it still holds counts: conservative
+
+
+@pytest.mark.slow  # the page's planning example, saved and run as a script: a child per size
+def test_the_docs_planning_example_runs_as_a_saved_script(tmp_path):
+    page = (ROOT / "docs" / "memory-plan.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    writes_steps, plans = blocks[0], next(block for block in blocks if "def main():" in block)
+    (tmp_path / "plan_it.py").write_text(writes_steps + plans, encoding="utf-8")
+    done = subprocess.run([sys.executable, "plan_it.py"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "per update" in done.stdout, done.stderr[-2000:]
+
+
+def measuring_children(pid):
+    """The pids of ``pid``'s spawned children (Linux's /proc/<pid>/task/<pid>/children, and their command lines)."""
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as children:
+        pids = [int(child) for child in children.read().split()]
+    found = []
+    for child in pids:
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"spawn_main" in cmdline.read():
+                    found.append(child)
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+@pytest.mark.slow  # a planner in a process of its own, and its child
+def test_a_planner_ended_by_sigterm_leaves_no_child_behind():
+    code = ("import time\n"
+            "from accumulator.memory.plan import plan_micro_batch\n"
+            "plan_micro_batch(time.sleep, 3600, '1GiB', candidates=[3600], device='CPU')\n")  # make_step sleeps an hour
+    planner = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while not measuring_children(planner.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [child] = measuring_children(planner.pid)
+        planner.send_signal(signal.SIGTERM)  # its default action: no handler, no cleanup runs
+        planner.wait(timeout=30)
+        deadline = time.monotonic() + 60  # a child still importing MindSpore ends once it has
+        while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{child}")
+    finally:
+        planner.kill()
+
+
+def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn():
+    import accumulator.memory
+    import accumulator.memory.plan as plan
+    with pytest.warns(DeprecationWarning, match="memory.Probe is deprecated.*accumulator.memory.Measurement"):
+        assert accumulator.memory.Probe is Measurement
+    with pytest.warns(DeprecationWarning, match="plan.ProbeChild is deprecated.*plan.MeasuringChild"):
+        assert plan.ProbeChild is MeasuringChild
+
+
+def test_an_interrupt_while_a_size_runs_closes_its_child(monkeypatch):
+    closed = []
+
+    class Interrupted:
+        alive = True
+
+        def __init__(self, *args):
+            pass
+
+        def measure(self, size, samples, limit):
+            raise KeyboardInterrupt  # Ctrl-C, or the tools' SIGTERM, while the child runs the size
+
+        def close(self):
+            closed.append(True)
+    monkeypatch.setattr("accumulator.memory.plan.MeasuringChild", Interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plan_micro_batch(touch_memory, 8, "1GiB", args=(MIB,), device="CPU")
+    assert closed == [True]  # MeasuringChild.close() kills a child that is running a size

@@ -56,7 +56,7 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
     ckpt_dir = str(tmp_path / "cut")
     train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
 
-    def interrupted(self, losses_by_window, start_loss):  # epoch 2's first probe, its branches trained
+    def interrupted(self, losses_by_step, start_loss):  # epoch 2's first probe, its branches trained
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:

@@ -110,8 +110,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                                "--resume keeps the plan; docs/memory-plan.md"),
     training.add_argument("--memory-budget", type=memory_size, default=None, metavar="SIZE",
                           help="with --micro-batch auto: the peak memory a run may take, e.g. 512MiB, 6GiB, 6G "
-                               "(binary units); on a CPU the process's peak resident memory (default: "
-                               f"{BUDGET_FRACTION:.0%}% of the available memory)")
+                               "(binary units); on a CPU the process's peak resident memory; under msrun each "
+                               f"rank's (default: {BUDGET_FRACTION:.0%}% of the available memory, shared among the "
+                               "ranks on the host)")
     training.add_argument("--accumulate-step", type=positive_int_or_auto, metavar="{N,auto,noise}",
                           help="micro-batches summed per optimizer update; an epoch's last, shorter "
                                "window is applied too, weighted by its count. 'auto': N measured by short "

@@ -197,7 +197,7 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         taken = reading_order(len(rows), batch_size, False, None, drop_remainder, num_shards, shard_id)
         inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
         documents = inputs[:, 1].max(axis=-1)
-    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch)
+    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch, drop_remainder)
     inputs, targets, documents = _filled(inputs, targets, documents, windows[-1][-1][1] if windows else 0)
     if layout is not None:
         layout.update(slots=targets.size, tokens=int(np.count_nonzero(targets != PAD)))

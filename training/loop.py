@@ -18,6 +18,7 @@ from tqdm import tqdm
 from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
 from accumulator.batch_size import CriticalBatchSchedule, NoiseScaleSchedule, ScaleRule, restore_state, snapshot_state
 from accumulator.policies import EMA
+from data.windows import window_slices
 from training.checkpoints import clear_checkpoints, resume, save_epoch_checkpoint
 from training.config import AUTO, FEW_TENSORS, NOISE, NOISE_STEPS, WINDOW_STEP
 from training.errors import TrainingError
@@ -466,7 +467,8 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     """
     windows = epoch_windows(config, task, epoch)
     n = _samples_per_rank(config, task)
-    total = n - n % config.batch_size if config.drop_last else n
+    kept = window_slices(n, config.batch_size, config.first_step, config.last_micro_batch, drop_short=True)
+    total = sum(stop - start for window in kept for start, stop in window) if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
     trained = functools.partial(train_on_windows, run, batch_size=config.batch_size,
                                 accumulate_step=config.first_step, count=task.count,

@@ -10,12 +10,14 @@ docs/memory-plan.md#the-tools.
 """
 import dataclasses
 import json
+import socket
+import zlib
 
 import mindspore as ms
 from mindspore import ops
 
 from accumulator.memory import PlanError, plan_micro_batch
-from accumulator.memory.plan import default_candidates
+from accumulator.memory.plan import default_budget, default_candidates
 from training.arguments import in_flags
 from training.checkpoints import UNREADABLE, find_checkpoints
 from training.config import ADAPTIVE, AUTO, TrainConfig
@@ -23,9 +25,9 @@ from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
 
-# Windows timed per probe, each on its own, after the one that compiles: a window is the run's unit, and
+# Windows timed per size measured, each on its own, after the one that compiles: a window is the run's unit, and
 # several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
-PROBE_WINDOWS = 3
+TIMED_WINDOWS = 3
 
 
 def candidate_sizes(batch):
@@ -50,7 +52,7 @@ def _whole_windows(config, sizes, batch):
 def tool_step(size, config, batch, make_task, task_args):
     """``accumulator.memory.plan``'s ``make_step`` for the tools (``window=True``): one window of the run ``size`` plans.
 
-    Runs in the probe's child: sets the device and mode, builds
+    Runs in the measuring child: sets the device and mode, builds
     ``make_task(*task_args)`` (once per child: the sizes after the first
     reuse it) and ``training.loop.build_run`` for the config
     the run will train with (``planned``: micro-batches of ``size``, N =
@@ -71,14 +73,14 @@ def tool_step(size, config, batch, make_task, task_args):
     config = configure_context(planned(config, size, batch))
     task = _task(make_task, task_args)
     run = build_run(config, task)
-    compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a probe times no compile
+    compile_train_step(run, task, config, 1)  # as train() does before its first epoch: a measurement times no compile
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     window = next(iter(epoch_windows(config, task, 1)))
     return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count, config.last_micro_batch))
 
 
-# The task a probe child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
+# The task a measuring child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
 _loaded = []
 
 
@@ -96,8 +98,9 @@ def plan_run(config, make_task, task_args):
     which the JSON log and the checkpoints keep. With ``resume`` the newest
     checkpoint's micro-batch and N are kept, not measured again. Under
     ``distributed`` each rank measures its share of the batch and all take
-    the smallest size chosen (an AllGather). Raises ``TrainingError`` in one
-    line when nothing fits, naming what the smallest size needs, and when
+    the smallest size chosen (an AllGather), the default budget shared among
+    the ranks on each host; a rank that cannot plan ends every rank. Raises
+    ``TrainingError`` in one line when nothing fits, naming what the smallest size needs, and when
     M is more than one rank's batch or, for a run that needs whole windows,
     does not divide it.
 
@@ -120,21 +123,33 @@ def plan_run(config, make_task, task_args):
     say = print if config.main_rank else _quiet
     if config.resume:
         return _kept(config, batch, say)
-    probe_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
+    measured_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
     try:
-        plan = plan_micro_batch(tool_step, batch, config.memory_budget,
-                                candidates=_whole_windows(config, candidate_sizes(batch), batch),
-                                args=(probe_config, batch, make_task, task_args), device=config.device_target,
-                                steps=PROBE_WINDOWS, window=True)
+        plan, failed = plan_micro_batch(tool_step, batch, _budget(config),
+                                        candidates=_whole_windows(config, candidate_sizes(batch), batch),
+                                        args=(measured_config, batch, make_task, task_args),
+                                        device=config.device_target, steps=TIMED_WINDOWS, window=True), None
     except PlanError as error:
-        raise TrainingError(f"--micro-batch auto: {error}") from None
-    size = _smallest_across_ranks(plan.micro_batch) if config.distributed else plan.micro_batch
+        plan, failed = None, f"--micro-batch auto: {error}"
+    chosen = _gathered(plan.micro_batch if plan else 0) if config.distributed else [plan.micro_batch if plan else 0]
+    if failed or 0 in chosen:  # every rank ends, in one line, rather than wait for the one that failed
+        raise TrainingError(failed or f"--micro-batch auto: rank {chosen.index(0)} found no micro-batch: see its error")
+    size = min(chosen)  # all ranks take the smallest any chose: none passes its budget, all agree on N
     ranks = f" ({batch} on each of {config.ranks} ranks)" if config.distributed else ""
     say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
         + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
     return planned(config, size, batch, {**plan.record(), "micro_batch": size, "accumulate_step": -(-batch // size)})
+
+
+def _budget(config):
+    """``--memory-budget``, each rank's; by default each rank's share of its host's (docs/memory-plan.md#the-tools)."""
+    if config.memory_budget is not None or not config.distributed:
+        return config.memory_budget
+    host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF  # one int per host, the same in every process
+    on_this_host = _gathered(host).count(host)  # before anything that may raise: every rank gathers
+    return default_budget(config.device_target) // on_this_host
 
 
 def _given(config, size, batch):
@@ -142,10 +157,15 @@ def _given(config, size, batch):
     ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
     if size > batch:
         raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
-    if batch % size and config.whole_window_reason:
-        raise TrainingError(in_flags(f"{config.whole_window_reason}; --micro-batch {size} does not divide the batch "
-                                     f"per update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
+    _refuse_uneven(config, size, batch, f"--micro-batch {size} does not divide the batch per update of {batch}{ranks}: "
+                                        "pass one that does")
     return planned(config, size, batch)
+
+
+def _refuse_uneven(config, size, batch, why):
+    """A ``TrainingError`` in one line when ``size`` makes uneven windows of ``batch`` and the run needs whole ones."""
+    if batch % size and config.whole_window_reason:
+        raise TrainingError(in_flags(f"{config.whole_window_reason}; {why}", ("driver", "scale_rule")))
 
 
 def planned(config, size, batch, plan=None):
@@ -153,7 +173,7 @@ def planned(config, size, batch, plan=None):
 
     N is ``ceil(batch / size)``; where ``size`` does not divide ``batch``
     the last micro-batch is smaller (``last_micro_batch``), so every window
-    still holds ``batch``. The probes build their run from it too, so they
+    still holds ``batch``. The measurements build their run from it too, so they
     hold the driver and window the run will.
 
     Example:
@@ -184,6 +204,7 @@ def _kept(config, batch, say):
         if steps in ADAPTIVE or size * (steps - 1) + (last or size) != batch:  # the batch per update, uneven or not
             raise TrainingError(f"cannot resume with --batch-size {config.batch_size} --micro-batch auto: {path} "
                                 f"was trained with {window} per rank")
+        _refuse_uneven(config, size, batch, f"{path} was trained with {window} per rank: resume without it")
         say(f"micro-batch kept from {path}: {window} = {batch} per update{' per rank' * config.distributed}")
         return planned(config, size, batch, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")
@@ -193,6 +214,6 @@ def _quiet(*_):
     pass
 
 
-def _smallest_across_ranks(size):
-    """The smallest of every rank's ``size`` (an AllGather, which runs on CPU too)."""
-    return int(ops.AllGather()(ms.Tensor([size], ms.int32)).asnumpy().min())
+def _gathered(value):
+    """Every rank's int ``value``, in rank order (an AllGather, which runs on CPU too)."""
+    return [int(one) for one in ops.AllGather()(ms.Tensor([value], ms.int32)).asnumpy()]

@@ -39,6 +39,9 @@ NAMES = {
     "format_size": "memory", "parse_size": "memory", "plan_micro_batch": "memory",
 }
 
+# The names of NAMES renamed since: the new name, in the same sub-package (its old name there warns too).
+RENAMED = {"Probe": "Measurement"}
+
 
 def old_name(name):
     """What ``accumulator.<name>`` was in 0.2.0, with a warning; AttributeError for anything else.
@@ -48,8 +51,9 @@ def old_name(name):
         ('ClipNorm', 'accumulator.memory.plan')
     """
     if name in NAMES:
-        deprecated(f"accumulator.{name}", f"accumulator.{NAMES[name]}.{name}")
-        return getattr(importlib.import_module(f"accumulator.{NAMES[name]}"), name)
+        new = RENAMED.get(name, name)
+        deprecated(f"accumulator.{name}", f"accumulator.{NAMES[name]}.{new}")
+        return getattr(importlib.import_module(f"accumulator.{NAMES[name]}"), new)
     if name in MODULES:
         return importlib.import_module(f"accumulator.{name}")
     raise AttributeError(f"module 'accumulator' has no attribute {name!r}")

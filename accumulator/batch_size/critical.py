@@ -10,7 +10,8 @@ bounds.
 
 A branch starts from a ``snapshot_state`` of the run's state (``training_state``:
 weights, optimizer moments, the accumulator and its policies, the scale
-rule, the learning-rate scheduler; MindSpore's default generator) and is put
+rule, the learning-rate scheduler; MindSpore's default generator), with every
+Parameter a policy holds without reporting it (``LossScaling``'s scaler), and is put
 back with ``restore_state``, exactly: a probe that keeps N leaves the run as if
 it had never probed. Random ops that keep a seed state of their own
 (``nn.Dropout``, ``ops.randn`` on CPU) are not put back: with dropout, each
@@ -25,6 +26,7 @@ from mindspore import Parameter, Tensor, ops
 
 from accumulator._internal.checks import positive_int
 from accumulator._internal.constants import state_parameter
+from accumulator._internal.deprecation import deprecated
 
 
 def snapshot_state(state: Mapping[str, Parameter]) -> Dict[str, object]:
@@ -63,12 +65,37 @@ def restore_state(state: Mapping[str, Parameter], saved: Mapping[str, object]) -
     ms.set_rng_state(saved["rng"])
 
 
-def _window(value):
+def _accumulate_step(value):
     return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= 1
 
 
-def _finite(value):
-    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+def _loss(value):
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
+def held_by_policies(accumulator, state):
+    """The Parameters ``accumulator``'s policies hold in an attribute (or a list of them) that ``state`` lacks.
+
+    A policy reports what checkpoints keep (``state_parameters``);
+    ``LossScaling`` does not report its scaler, which ``training_state``
+    takes as ``loss_scaler=``. A probe puts these back too.
+
+    Example:
+        >>> from mindspore import nn
+        >>> from accumulator import Accumulator
+        >>> optimizer = nn.SGD(nn.Dense(3, 1).trainable_params(), 0.1)
+        >>> accumulator = Accumulator(optimizer, 2, loss_scaler=ms.amp.DynamicLossScaler(1024.0, 2, 10))
+        >>> sorted(held_by_policies(accumulator, {}))
+        ['LossScaling.scaler_state.0', 'LossScaling.scaler_state.1']
+    """
+    known, found = {id(param) for param in state.values()}, {}
+    for policy in accumulator.policies:
+        for attribute, value in vars(policy).items():
+            for index, param in enumerate(value if isinstance(value, (list, tuple)) else [value]):
+                if isinstance(param, Parameter) and id(param) not in known:
+                    known.add(id(param))
+                    found[f"{type(policy).__name__}.{attribute}.{index}"] = param
+    return found
 
 
 def _fraction(value, name):
@@ -136,13 +163,19 @@ class CriticalBatchSchedule:
         first = self.min_step if first_step is None else positive_int(first_step, "first_step")
         if not self.min_step <= first <= self.max_step:
             raise ValueError(f"first_step must be within [{min_step}, {max_step}], got {first_step!r}")
-        self.step = state_parameter(first, ms.int32, "critical_batch.step")
+        self.accumulate_step = state_parameter(first, ms.int32, "critical_batch.step")  # N: checkpoints keep the name
         self.kept = state_parameter(0, ms.int32, "critical_batch.kept")
         self.accumulator = None
 
     def __call__(self, update_count):
         """N for the next window: the one chosen last, inside the compiled step (``as_schedule`` wraps it)."""
-        return self.step * 1
+        return self.accumulate_step * 1
+
+    @property
+    def step(self):
+        """N's Parameter under its 0.2.0 name: use ``accumulate_step``."""
+        deprecated("CriticalBatchSchedule.step", "CriticalBatchSchedule.accumulate_step")
+        return self.accumulate_step
 
     def bind(self, accumulator) -> None:
         """Makes this schedule's state part of ``accumulator``'s (checkpoints) and lets it set N; once, before training.
@@ -151,15 +184,15 @@ class CriticalBatchSchedule:
         """
         if self.accumulator is not None:
             raise ValueError("this CriticalBatchSchedule is bound already: one accumulator per schedule")
-        if int(accumulator.accumulate_step) != int(self.step):
+        if int(accumulator.accumulate_step) != int(self.accumulate_step):
             raise ValueError(f"bind an Accumulator built with this schedule as accumulate_step: its N is "
-                             f"{int(accumulator.accumulate_step)}, the schedule's {int(self.step)}")
+                             f"{int(accumulator.accumulate_step)}, the schedule's {int(self.accumulate_step)}")
         accumulator.attach(self)
         self.accumulator = accumulator
 
     def state_parameters(self):
         """N and the number of probes that kept it, for checkpoints (``training_state``)."""
-        return [self.step, self.kept]
+        return [self.accumulate_step, self.kept]
 
     def window_tensors(self):
         """Nothing to sum across devices: the decision is taken on the host."""
@@ -173,10 +206,10 @@ class CriticalBatchSchedule:
             >>> CriticalBatchSchedule(interval=10, min_step=2).current
             2
         """
-        return int(self.step)
+        return int(self.accumulate_step)
 
     def windows(self):
-        """The windows the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
+        """The Ns the next probe compares: N, 2N, 4N, ... (``branches`` of them), up to ``max_step``.
 
         Example:
             >>> CriticalBatchSchedule(interval=10, first_step=16, max_step=40, branches=3).windows()
@@ -184,24 +217,24 @@ class CriticalBatchSchedule:
         """
         found = []
         for index in range(self.branches):
-            window = min(self.current * 2 ** index, self.max_step)
-            if window not in found:
-                found.append(window)
+            accumulate_step = min(self.current * 2 ** index, self.max_step)
+            if accumulate_step not in found:
+                found.append(accumulate_step)
         return found
 
     def branch_length(self) -> int:
         """Micro-batches each branch of the next probe trains: ``branch_windows`` windows of the largest.
 
-        A multiple of every window compared, so every branch ends on a whole window.
+        A multiple of every N compared, so every branch ends on a whole window.
 
         Example:
-            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # windows 1, 2
+            >>> CriticalBatchSchedule(interval=10, branch_windows=4).branch_length()   # N = 1, 2
             8
         """
-        windows = self.windows()
-        length = self.branch_windows * windows[-1]
-        while any(length % window for window in windows):
-            length += windows[-1]
+        steps = self.windows()
+        length = self.branch_windows * steps[-1]
+        while any(length % accumulate_step for accumulate_step in steps):
+            length += steps[-1]
         return length
 
     def should_probe(self, samples_seen) -> bool:
@@ -236,13 +269,15 @@ class CriticalBatchSchedule:
         return self.interval * (2 ** int(self.kept) - 1)
 
     def keeps_pace(self, start_loss: float, smallest_loss: float, loss: float) -> bool:
-        """True when a window whose held-out loss is ``loss`` lost at most ``tolerance`` of the smallest's progress.
+        """True when an N whose held-out loss is ``loss`` lost at most ``tolerance`` of the smallest N's progress.
 
-        The progress is how far the smallest window's branch brought the
+        The progress is how far the smallest N's branch brought the
         held-out loss down from ``start_loss``, the probe's start: with the
-        same samples seen, a larger window keeps pace while those samples buy
+        same samples seen, a larger N keeps pace while those samples buy
         at least ``1 - tolerance`` of it (docs/batch-size.md#the-measured-window).
         Where the smallest made no progress, the larger must do no worse.
+        A loss that is not finite (a branch that diverged), or no finite
+        start or smallest to measure progress from, does not keep pace.
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=10, tolerance=0.1)
@@ -250,49 +285,53 @@ class CriticalBatchSchedule:
             (True, False)
             >>> schedule.keeps_pace(1.0, 1.2, 1.2), schedule.keeps_pace(1.0, 1.2, 1.21)
             (True, False)
+            >>> schedule.keeps_pace(2.0, 1.0, float("nan")), schedule.keeps_pace(float("inf"), 1.0, 1.0)
+            (False, False)
         """
+        if not all(math.isfinite(value) for value in (start_loss, smallest_loss, loss)):
+            return False
         return loss <= smallest_loss + self.tolerance * max(start_loss - smallest_loss, 0.0)
 
-    def choose(self, losses_by_window: Mapping[int, float], start_loss: float) -> int:
-        """Sets N from a probe's held-out losses ``{window: loss}`` and ``start_loss``; returns N.
+    def choose(self, losses_by_step: Mapping[int, float], start_loss: float) -> int:
+        """Sets N from a probe's held-out losses ``{N: loss}`` and ``start_loss``; returns N.
 
-        ``start_loss``: the held-out loss at the probe's start. The windows
+        ``start_loss``: the held-out loss at the probe's start. The Ns
         are compared in increasing order with the smallest (``keeps_pace``),
-        and the largest of the run of passing windows from the smallest up is
-        chosen. N never shrinks and stays within the bounds. Under data
-        parallel, give every rank the same losses (averaged over ranks) and
-        each takes the same decision.
+        and the largest of the run of passing Ns from the smallest up is
+        chosen: one whose loss is NaN or infinite ends the run. N never
+        shrinks and stays within the bounds. Under data parallel, give every
+        rank the same losses (averaged over ranks) and each takes the same decision.
 
         Example:
             >>> schedule = CriticalBatchSchedule(interval=10, tolerance=0.1)
             >>> schedule.choose({1: 2.0, 2: 2.1, 4: 2.3, 8: 2.1}, start_loss=3.0)    # 4 fails: 8 is not reached
             2
-            >>> schedule.choose({2: 1.0}, start_loss=3.0)
+            >>> schedule.choose({2: 1.0, 4: float("nan")}, start_loss=3.0)           # 4 diverged
             2
-            >>> schedule.choose({4: float("nan")}, start_loss=3.0)
+            >>> schedule.choose({4: "low"}, start_loss=3.0)
             Traceback (most recent call last):
             ...
-            ValueError: losses_by_window must map windows (ints >= 1) to finite losses, got {4: nan}
+            ValueError: losses_by_step must map Ns (ints >= 1) to losses (numbers), got {4: 'low'}
         """
-        windows = sorted(losses_by_window)
-        if not windows or not all(_window(w) and _finite(losses_by_window[w]) for w in windows):
-            raise ValueError(f"losses_by_window must map windows (ints >= 1) to finite losses, "
-                             f"got {dict(losses_by_window)!r}")
-        if not _finite(start_loss):
-            raise ValueError(f"start_loss must be a finite loss, got {start_loss!r}")
-        smallest, chosen = float(losses_by_window[windows[0]]), windows[0]
-        for window in windows[1:]:
-            if not self.keeps_pace(float(start_loss), smallest, float(losses_by_window[window])):
+        steps = sorted(losses_by_step)
+        if not steps or not all(_accumulate_step(n) and _loss(losses_by_step[n]) for n in steps):
+            raise ValueError(f"losses_by_step must map Ns (ints >= 1) to losses (numbers), "
+                             f"got {dict(losses_by_step)!r}")
+        if not _loss(start_loss):
+            raise ValueError(f"start_loss must be a loss (a number), got {start_loss!r}")
+        smallest, chosen = float(losses_by_step[steps[0]]), steps[0]
+        for accumulate_step in steps[1:]:
+            if not self.keeps_pace(float(start_loss), smallest, float(losses_by_step[accumulate_step])):
                 break
-            chosen = window
+            chosen = accumulate_step
         chosen = min(max(chosen, self.current, self.min_step), self.max_step)
         if chosen == self.current:
             ops.assign(self.kept, self.kept + 1)
         self.set_window(chosen)
         return chosen
 
-    def set_window(self, window: int) -> None:
-        """Makes ``window`` the N of the current and next windows, between windows (a branch's, or the chosen one).
+    def set_window(self, accumulate_step: int) -> None:
+        """Makes ``accumulate_step`` the N of the current and next windows, between windows (a branch's, or the chosen).
 
         Example:
             >>> from mindspore import nn
@@ -304,10 +343,10 @@ class CriticalBatchSchedule:
             >>> int(accumulator.accumulate_step), schedule.current
             (8, 8)
         """
-        window = positive_int(window, "window")
-        ops.assign(self.step, Tensor(window, ms.int32))
+        accumulate_step = positive_int(accumulate_step, "accumulate_step")
+        ops.assign(self.accumulate_step, Tensor(accumulate_step, ms.int32))
         if self.accumulator is not None:
-            ops.assign(self.accumulator.accumulate_step, Tensor(window, ms.int32))
+            ops.assign(self.accumulator.accumulate_step, Tensor(accumulate_step, ms.int32))
             self.accumulator.host.sync_position()
 
     def probe(self, state: Mapping[str, Parameter], train_branch: Callable[[int], object],
@@ -315,20 +354,22 @@ class CriticalBatchSchedule:
         """Runs the branches from the same state, goes on from the chosen one's; returns the losses it compared.
 
         ``state``: ``training_state(...)`` of the run, the bound accumulator
-        included. Reads ``held_out_loss()``, the loss on a fixed held-out
+        included (with ``held_by_policies``). Reads ``held_out_loss()``, the loss on a fixed held-out
         batch (averaged over ranks under data parallel); then for each
-        window of ``windows()``, in increasing order: restores the state as
-        it was, sets N, calls ``train_branch(window)``, which must train the
+        N of ``windows()``, in increasing order: restores the state as
+        it was, sets N, calls ``train_branch(N)``, which must train the
         same next ``branch_length()`` micro-batches (its data position is the
-        caller's), and reads ``held_out_loss()`` again. A window past the
-        first that fails ``keeps_pace`` ends the probe: the ones above it
-        cannot be chosen. The run then holds the chosen branch's state
+        caller's), and reads ``held_out_loss()`` again. An N past the
+        first that fails ``keeps_pace`` (a loss that is NaN or infinite
+        included) ends the probe: the ones above it cannot be chosen; where
+        the start's loss is not finite, only the smallest N's branch trains.
+        The run then holds the chosen branch's state
         exactly, and N is ``choose``'s. Returns ``{"start_loss", "branches":
-        {window: record}}``; each record holds ``"loss"`` and, with ``read``,
+        {N: record}}``; each record holds ``"loss"`` and, with ``read``,
         whatever ``read()`` returns at the branch's end (the noise scale,
         say). Needs a window boundary: the accumulator's window empty.
 
-        Example: a branch that trains nothing leaves every loss equal, so the largest window wins.
+        Example: a branch that trains nothing leaves every loss equal, so the largest N wins.
             >>> from mindspore import nn
             >>> from accumulator import Accumulator, training_state
             >>> net = nn.Dense(3, 1)
@@ -336,7 +377,7 @@ class CriticalBatchSchedule:
             >>> schedule = CriticalBatchSchedule(interval=10, max_step=8)
             >>> accumulator = Accumulator(optimizer, schedule)
             >>> schedule.bind(accumulator)
-            >>> probed = schedule.probe(training_state(net, optimizer, accumulator), lambda window: None,
+            >>> probed = schedule.probe(training_state(net, optimizer, accumulator), lambda n: None,
             ...                         lambda: 1.0)
             >>> probed, schedule.current
             ({'start_loss': 1.0, 'branches': {1: {'loss': 1.0}, 2: {'loss': 1.0}}}, 2)
@@ -348,20 +389,21 @@ class CriticalBatchSchedule:
                              "micro-batches")
         own = {param.name for param in self.state_parameters()}
         state = {name: param for name, param in state.items() if name not in own}  # choose() sets these
+        state.update(held_by_policies(self.accumulator, state))
         start_loss, start, kept, records = float(held_out_loss()), snapshot_state(state), None, {}
-        windows = self.windows()
-        for window in windows:
+        steps = self.windows() if math.isfinite(start_loss) else self.windows()[:1]  # no progress to measure
+        for accumulate_step in steps:
             restore_state(state, start)
-            self.set_window(window)
-            train_branch(window)
+            self.set_window(accumulate_step)
+            train_branch(accumulate_step)
             loss = float(held_out_loss())
-            records[window] = {"loss": loss, **(read() if read is not None else {})}
-            if window != windows[0] and not self.keeps_pace(start_loss, records[windows[0]]["loss"], loss):
+            records[accumulate_step] = {"loss": loss, **(read() if read is not None else {})}
+            if accumulate_step != steps[0] and not self.keeps_pace(start_loss, records[steps[0]]["loss"], loss):
                 break
             kept = snapshot_state(state)
         restore_state(state, kept)
-        self.set_window(windows[0])  # N as before the probe, for choose() to grow from
-        self.choose({window: record["loss"] for window, record in records.items()}, start_loss)
+        self.set_window(steps[0])  # N as before the probe, for choose() to grow from
+        self.choose({n: record["loss"] for n, record in records.items()}, start_loss)
         return {"start_loss": start_loss, "branches": records}
 
     def load_window(self, path: str) -> None:
@@ -394,5 +436,5 @@ class CriticalBatchSchedule:
         saved = ms.load_checkpoint(path, choice_func=lambda name: name in names)
         if self.kept.name in saved:
             ops.assign(self.kept, Tensor(saved[self.kept.name].asnumpy()))
-        if self.step.name in saved:
-            self.set_window(int(saved[self.step.name].asnumpy()))
+        if self.accumulate_step.name in saved:
+            self.set_window(int(saved[self.accumulate_step.name].asnumpy()))
