@@ -305,8 +305,10 @@ def test_a_planner_ended_by_sigterm_leaves_no_child_behind():
         planner.kill()
 
 
-def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn():
+def test_the_old_names_of_a_measurement_and_its_child_still_work_and_warn(monkeypatch):
     import accumulator.memory
+    from accumulator._internal import deprecation
+    monkeypatch.setattr(deprecation, "warned", set())  # once per process: another test may have warned already
     import accumulator.memory.plan as plan
     with pytest.warns(DeprecationWarning, match="memory.Probe is deprecated.*accumulator.memory.Measurement"):
         assert accumulator.memory.Probe is Measurement
