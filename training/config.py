@@ -252,13 +252,11 @@ class TrainConfig:
         """Why every window must be whole micro-batches of ``batch_size`` (a phrase), or None: an uneven one may do.
 
         Example:
-            >>> TrainConfig(driver="window").whole_windows
-            "driver='window' stacks a window's micro-batches into one tensor of one shape"
-            >>> TrainConfig().whole_windows is None
+            >>> TrainConfig(scale_rule="linear").whole_windows
+            "scale_rule='linear' follows N micro-batches of batch_size"
+            >>> TrainConfig(driver="window").whole_windows is None
             True
         """
-        if self.driver == "window":
-            return "driver='window' stacks a window's micro-batches into one tensor of one shape"
         if self.scale_rule != "none":
             return f"scale_rule={self.scale_rule!r} follows N micro-batches of batch_size"
         return None

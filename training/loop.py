@@ -163,13 +163,13 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"window"`` at a fixed N of whole micro-batches, and for
-    the measured window (``--accumulate-step auto``: N set on the host
-    between windows, one graph for every N); while the noise scale changes N
-    in the graph (the host would wait for it to stack a window) or when each
-    window ends in a smaller micro-batch (``last_micro_batch``: the window
-    step stacks its window into one tensor of one shape), ``"in-graph"`` for an optimizer
-    of at most ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
+    ``"auto"`` is ``"window"`` at a fixed N, whole micro-batches or each
+    window ending in a smaller one (``last_micro_batch``: one compiled call
+    per window still), and for the measured window (``--accumulate-step
+    auto``: N set on the host between windows, one graph for every N); while
+    the noise scale changes N in the graph (the host would wait for it to
+    stack a window), ``"in-graph"`` for an optimizer of at most
+    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
     step (docs/performance.md#which-driver).
 
@@ -185,13 +185,13 @@ def choose_driver(config, optimizer):
         'host'
         >>> choose_driver(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4),
         ...               nn.SGD(small.trainable_params(), 0.1))
-        'in-graph'
+        'window'
     """
     if config.driver != "auto":
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if config.accumulate_step != NOISE and config.last_micro_batch is None:
+    if config.accumulate_step != NOISE:
         return "window"
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -369,9 +369,8 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     through the compiled steps: the window step when the run has one, with
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch; so does each uneven window's smaller last
-    micro-batch of ``last_micro_batch`` (a second shape the host-stepped
-    drivers compile once; the window step is not built for uneven windows,
-    ``choose_driver``). What an epoch meets once, its short last
+    micro-batch of ``last_micro_batch`` (a second shape each driver
+    compiles once; the window step takes such a window in one call). What an epoch meets once, its short last
     micro-batch or short last window, runs op by op (``eager_step``, in
     PyNative mode): each new shape would compile a graph for one call an
     epoch, which costs far more than running it op by op
@@ -576,11 +575,12 @@ def _driver_description(run, config):
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
     if run.driver == "window":
-        return f"driver window ({'N set between windows' if config.accumulate_step == AUTO else 'a fixed N'})"
+        why = "N set between windows" if config.accumulate_step == AUTO else "a fixed N"
+        uneven = "" if config.last_micro_batch is None else ", a smaller last micro-batch in the same call"
+        return f"driver window ({why}{uneven})"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
-    why = "N changes in the graph" if config.accumulate_step == NOISE else "a smaller last micro-batch"
-    return f"driver {run.driver} ({why}; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
+    return f"driver {run.driver} (N changes in the graph; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
 
 
 def _quiet(*_):
