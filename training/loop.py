@@ -5,6 +5,8 @@ are its parts, for callers that drive their own loop. What is trained comes
 from a ``training.task.Task``; checkpoints and records have their own modules.
 """
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import functools
 import time
@@ -343,6 +345,21 @@ def compile_train_step(run, task, config, epoch):
     return time.perf_counter() - started
 
 
+def return_freed_memory():
+    """Hands the memory a compile freed back to the system (glibc's ``malloc_trim``); True when it could.
+
+    MindSpore compiles on threads whose malloc arenas keep what the compile freed, and later graphs do not reuse
+    it (docs/performance.md#a-compile-leaves-freed-memory-in-mallocs-arenas).
+
+    Example:
+        >>> return_freed_memory() in (True, False)
+        True
+    """
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    return bool(trim is not None and trim(0) is not None)
+
+
 @contextlib.contextmanager
 def _op_by_op():
     """Runs the calls inside in PyNative mode, op by op, then puts the mode back."""
@@ -623,11 +640,13 @@ def train(config, task, progress=True):
     done, history = resume(run, config, say) if config.resume else (0, [])
     # Before the first epoch, so that its time is that of the epochs after it (docs/language-model-tool.md, Speed).
     compiled = compile_train_step(run, task, config, done + 1) if done < config.epochs else None
+    return_freed_memory()
     if compiled is not None:
         say(f"compiled the train step in {compiled:.1f} s")
     for epoch in range(done + 1, config.epochs + 1):
         seen = sum(record["counted"] for record in history)
         record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank, seen)}
+        return_freed_memory()
         evaluated = time.perf_counter()
         record.update(evaluate(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated
