@@ -171,7 +171,9 @@ def choose_driver(config, optimizer):
     auto``: N set on the host between windows, one graph for every N); while
     the noise scale changes N in the graph (the host would wait for it to
     stack a window), ``"in-graph"`` for an optimizer of at most
-    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
+    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. With a
+    ``memory_budget`` memory comes first: ``"host"``, the leanest driver on both
+    tools (BENCHMARKS.md#peak-memory-each-driver-on-both-tools). PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
     step (docs/performance.md#which-driver).
 
@@ -188,11 +190,16 @@ def choose_driver(config, optimizer):
         >>> choose_driver(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4),
         ...               nn.SGD(small.trainable_params(), 0.1))
         'window'
+        >>> choose_driver(TrainConfig(accumulate_step=1, micro_batch="auto", memory_budget=2**30),
+        ...               nn.SGD(small.trainable_params(), 0.1))
+        'host'
     """
     if config.driver != "auto":
         return config.driver
     if config.mode != "graph":
         return "in-graph"
+    if config.memory_budget is not None:
+        return "host"
     if config.accumulate_step != NOISE:
         return "window"
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
@@ -591,6 +598,8 @@ def _driver_description(run, config):
     """How the first line names the driver: with ``--driver auto``, why it was chosen."""
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
+    if config.memory_budget is not None:
+        return "driver host (the leanest: a memory budget was given)"
     if run.driver == "window":
         why = "N set between windows" if config.accumulate_step == AUTO else "a fixed N"
         uneven = "" if config.last_micro_batch is None else ", a smaller last micro-batch in the same call"
