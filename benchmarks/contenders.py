@@ -198,6 +198,24 @@ def _build_tutorial(spec):
     return _accumulating(spec, TutorialAccumulator, divide_loss=True)
 
 
+@register("tutorial_skip", "the tutorial's design skipping a window of NaN or Inf exactly, as the accumulator does by "
+          "default: the check in its branch, the optimizer in a second, sibling one (benchmarks/tutorial.py)")
+def _build_tutorial_skip(spec):
+    from benchmarks.tutorial import TutorialSkippingAccumulator
+    return _accumulating(spec, TutorialSkippingAccumulator, divide_loss=True)
+
+
+@register("accumulator_unchecked", "the accumulator(grads) call with skip_nonfinite=False: nothing skips a full window, "
+          "so it closes and applies in one branch")
+def _build_accumulator_unchecked(spec):
+    from accumulator import Accumulator
+
+    def make(optimizer, accumulate_step):
+        return Accumulator(optimizer, accumulate_step, skip_nonfinite=False)
+
+    return _accumulating(spec, make)
+
+
 @register("boost", "(5) mindspore.boost.GradientAccumulation (divides by N itself: loss not divided)")
 def _build_boost(spec):
     from mindspore.boost import GradientAccumulation
@@ -313,3 +331,26 @@ def _build_window(spec):
     window_step = make_window_step(grad_fn, accumulator)
     return Runner(lambda: window_step(x, y), x.shape[0] * x.shape[1], _nbytes(accumulator.state_parameters()),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
+
+
+@register("first_example", "docs/window-step.md's first example: each window as the pipeline yields it (numpy), cut "
+          "into micro-batch Tensors on the host, make_window_step over them with their counts", modes=("graph",))
+def _build_first_example(spec):
+    import mindspore as ms
+    from accumulator import Accumulator, make_window_step
+    from benchmarks.nets import numpy_data
+    net, optimizer, loss_fn, _ = _setup(spec)
+
+    def forward(x, y):
+        return loss_fn(net, x, y) * x.shape[0]  # summed, as the example's loss
+
+    accumulator = Accumulator(optimizer, spec["accumulate"])
+    window_step = make_window_step(ms.value_and_grad(forward, None, optimizer.parameters), accumulator)
+    b, x, y = spec["batch"], *numpy_data(spec, spec["batch"] * spec["accumulate"])
+
+    def step():
+        micro = [(ms.Tensor(x[i:i + b]), ms.Tensor(y[i:i + b])) for i in range(0, len(y), b)]
+        window_step(micro, counts=[len(labels) for _, labels in micro])
+
+    return Runner(step, len(y), _nbytes(accumulator.state_parameters()), _nbytes(optimizer.parameters), _ms_sync,
+                  _ms_weights(optimizer))

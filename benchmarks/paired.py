@@ -87,8 +87,10 @@ def format_paired(rows):
 # The summary's columns: (heading, contender, against): time per micro-step of one over the other's.
 SUMMARY = (("plain", "plain_micro", "plain_micro"), ("micro floor", "micro_floor", "plain_micro"),
            ("two-graph floor", "two_graph_floor", "plain_micro"), ("recommended", "recommended", "plain_micro"),
-           ("window", "window", "plain_micro"), ("accumulator(grads)", "accumulator", "plain_micro"),
-           ("tutorial", "tutorial", "plain_micro"), ("boost", "boost", "plain_micro"))
+           ("window", "window", "plain_micro"), ("first example", "first_example", "plain_micro"),
+           ("accumulator(grads)", "accumulator", "plain_micro"), ("unchecked", "accumulator_unchecked", "plain_micro"),
+           ("tutorial", "tutorial", "plain_micro"), ("tutorial_skip", "tutorial_skip", "plain_micro"),
+           ("boost", "boost", "plain_micro"))
 
 
 def window_cost(block_ms):
@@ -120,7 +122,7 @@ def format_summary(results):
     Example:
         >>> block_ms = {"plain_micro": [2.0, 2.0], "recommended": [1.6, 1.8]}
         >>> print(format_summary([dict(net="deep48", tensors=48, block_ms=block_ms)]))
-        net       tensors  plain           micro floor     two-graph floor recommended     window          accumulator(grads) tutorial        boost           window cost
+        net       tensors  plain           micro floor     two-graph floor recommended     window          first example   accumulator(grads) unchecked       tutorial        tutorial_skip   boost           window cost
         deep48         48  1.00x (1.00x)                                   0.85x (0.80x)
     """
     headings = [heading for heading, _, _ in SUMMARY] + ["window cost"]

@@ -260,13 +260,11 @@ class TrainConfig:
         """Why every window must be whole micro-batches of ``batch_size`` (a phrase), or None: an uneven one may do.
 
         Example:
-            >>> TrainConfig(driver="window").whole_window_reason
-            "driver='window' stacks a window's micro-batches into one tensor of one shape"
-            >>> TrainConfig().whole_window_reason is None
+            >>> TrainConfig(scale_rule="linear").whole_window_reason
+            "scale_rule='linear' follows N micro-batches of batch_size"
+            >>> TrainConfig(driver="window").whole_window_reason is None
             True
         """
-        if self.driver == WINDOW_STEP:
-            return "driver='window' stacks a window's micro-batches into one tensor of one shape"
         if self.scale_rule != "none":
             return f"scale_rule={self.scale_rule!r} follows N micro-batches of batch_size"
         return None

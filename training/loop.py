@@ -5,6 +5,8 @@ are its parts, for callers that drive their own loop. What is trained comes
 from a ``training.task.Task``; checkpoints and records have their own modules.
 """
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import functools
 import time
@@ -165,13 +167,15 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"window"`` at a fixed N of whole micro-batches, and for
-    the measured window (``--accumulate-step auto``: N set on the host
-    between windows, one graph for every N); while the noise scale changes N
-    in the graph (the host would wait for it to stack a window) or when each
-    window ends in a smaller micro-batch (``last_micro_batch``: the window
-    step stacks its window into one tensor of one shape), ``"in-graph"`` for an optimizer
-    of at most ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
+    ``"auto"`` is ``"window"`` at a fixed N, whole micro-batches or each
+    window ending in a smaller one (``last_micro_batch``: one compiled call
+    per window still), and for the measured window (``--accumulate-step
+    auto``: N set on the host between windows, one graph for every N); while
+    the noise scale changes N in the graph (the host would wait for it to
+    stack a window), ``"in-graph"`` for an optimizer of at most
+    ``FEW_TENSORS`` parameter tensors and ``"host"`` above. With a
+    ``memory_budget`` memory comes first: ``"host"``, the leanest driver on both
+    tools (BENCHMARKS.md#peak-memory-each-driver-on-both-tools). PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
     step (docs/performance.md#which-driver).
 
@@ -187,13 +191,18 @@ def choose_driver(config, optimizer):
         'host'
         >>> choose_driver(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4),
         ...               nn.SGD(small.trainable_params(), 0.1))
-        'in-graph'
+        'window'
+        >>> choose_driver(TrainConfig(accumulate_step=1, micro_batch="auto", memory_budget=2**30),
+        ...               nn.SGD(small.trainable_params(), 0.1))
+        'host'
     """
     if config.driver != "auto":
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if config.accumulate_step != NOISE and config.last_micro_batch is None:
+    if config.memory_budget is not None:
+        return "host"
+    if config.accumulate_step != NOISE:
         return WINDOW_STEP
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -346,6 +355,21 @@ def compile_train_step(run, task, config, epoch):
     return time.perf_counter() - started
 
 
+def return_freed_memory():
+    """Hands the memory a compile freed back to the system (glibc's ``malloc_trim``); True when it could.
+
+    MindSpore compiles on threads whose malloc arenas keep what the compile freed, and later graphs do not reuse
+    it (docs/performance.md#a-compile-leaves-freed-memory-in-mallocs-arenas).
+
+    Example:
+        >>> return_freed_memory() in (True, False)
+        True
+    """
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    return bool(trim is not None and trim(0) is not None)
+
+
 @contextlib.contextmanager
 def _op_by_op():
     """Runs the calls inside in PyNative mode, op by op, then puts the mode back."""
@@ -372,9 +396,8 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
     through the compiled steps: the window step when the run has one, with
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch; so does each uneven window's smaller last
-    micro-batch of ``last_micro_batch`` (a second shape the host-stepped
-    drivers compile once; the window step is not built for uneven windows,
-    ``choose_driver``). What an epoch meets once, its short last
+    micro-batch of ``last_micro_batch`` (a second shape each driver
+    compiles once; the window step takes such a window in one call). What an epoch meets once, its short last
     micro-batch or short last window, runs op by op (``eager_step``, in
     PyNative mode): each new shape would compile a graph for one call an
     epoch, which costs far more than running it op by op
@@ -613,12 +636,15 @@ def _driver_description(run, config):
     """How the first line names the driver: with ``--driver auto``, why it was chosen."""
     if config.driver != "auto" or config.mode != "graph":
         return f"driver {run.driver}"
+    if config.memory_budget is not None:
+        return "driver host (the leanest: a memory budget was given)"
     if run.driver == WINDOW_STEP:
-        return f"driver window ({'N set between windows' if config.accumulate_step == AUTO else 'a fixed N'})"
+        why = "N set between windows" if config.accumulate_step == AUTO else "a fixed N"
+        uneven = "" if config.last_micro_batch is None else ", a smaller last micro-batch in the same call"
+        return f"driver window ({why}{uneven})"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
-    why = "N changes in the graph" if config.accumulate_step == NOISE else "a smaller last micro-batch"
-    return f"driver {run.driver} ({why}; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
+    return f"driver {run.driver} (N changes in the graph; {tensors} parameter tensors, {bound} {FEW_TENSORS})"
 
 
 def _quiet(*_):
@@ -661,11 +687,13 @@ def train(config, task, progress=True):
     done, history = resume(run, config, say) if config.resume else (0, [])
     # Before the first epoch, so that its time is that of the epochs after it (docs/language-model-tool.md, Speed).
     compiled = compile_train_step(run, task, config, done + 1) if done < config.epochs else None
+    return_freed_memory()
     if compiled is not None:
         say(f"compiled the train step in {compiled:.1f} s")
     for epoch in range(done + 1, config.epochs + 1):
         seen = sum(record["counted"] for record in history)
         record = {"epoch": epoch, **train_epoch(run, task, config, epoch, progress and config.main_rank, seen)}
+        return_freed_memory()
         evaluated = time.perf_counter()
         record.update(evaluate_run(run, task))
         record["eval_seconds"] = time.perf_counter() - evaluated

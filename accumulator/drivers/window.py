@@ -119,6 +119,22 @@ def _jit_loop(grad_fn, accumulator, apply, last, any_length=False):
     return _any_length(window) if any_length else ms.jit(window)
 
 
+def _jit_uneven_loop(grad_fn, accumulator):
+    """A window of equal micro-batches and a last one of another shape, in one compiled call, applied at its end.
+
+    The loop takes the equal ones; the last runs after it, counted by ``accumulate`` as the window's last (the one
+    ``track_noise=True`` samples). One graph per pair of shapes: an uneven window repeats them every epoch.
+    """
+    add, count = (_add_and_tally, _count_kept) if accumulator.drops_micro_batches else (_add, _count)
+
+    def window(inputs, counts, micro_steps, tail, tail_count):
+        loss_sum = _loop(grad_fn, accumulator, add, count, inputs, counts, micro_steps, False)
+        loss, grads = grad_fn(*tail)
+        accumulator.accumulate(grads, tail_count, True)
+        return loss_sum + ops.cast(loss, ms.float32), accumulator.flush()
+    return ms.jit(window)
+
+
 def _jit_micro_step(grad_fn, accumulator, last):
     def micro_step(inputs, count):
         loss, grads = grad_fn(*inputs)
@@ -175,6 +191,11 @@ def _runs(micro_batches):
     return runs
 
 
+def _short_last(micro_batches):
+    """True when the last micro-batch differs from the others in its first axis only (fewer samples)."""
+    return all(tuple(t.shape[1:]) == tuple(u.shape[1:]) for t, u in zip(micro_batches[0], micro_batches[-1]))
+
+
 def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..., Tuple[Tensor, Tensor]]:
     """Builds ``window_step``: one compiled call runs a whole accumulation window.
 
@@ -199,9 +220,10 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
           changes N, one graph takes every number.
         * ``micro_batches``: a list or tuple of per-micro-batch argument
           tuples, e.g. from ``data.mnist.mnist_windows``. Runs of equal shapes
-          are stacked and looped; a micro-batch of another size (the epoch's
-          uneven last batch) goes through a separately compiled
-          single-micro-batch accumulate. The loop stays in the graph either way.
+          are stacked and looped. A window whose last micro-batch alone holds
+          fewer samples (an uneven window, every epoch alike) stays one compiled
+          call, compiled once for its pair of shapes; any other mix goes
+          through a compiled call per run, then ``flush``.
         * ``counts``: one sample (or token) count per micro-batch, when
           ``grad_fn`` is the gradient of a *summed* loss: the update is then
           ``sum(grads) / sum(counts)``, exact for uneven micro-batches.
@@ -244,6 +266,7 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
                  True: _jit_loop(grad_fn, accumulator, apply=False, last=last)}
     add_ones = {False: _jit_micro_step(grad_fn, accumulator, last=False),
                 True: _jit_micro_step(grad_fn, accumulator, last=last)}
+    uneven_loop = _jit_uneven_loop(grad_fn, accumulator)
     flush = ms.jit(accumulator.flush)
 
     def check_length(micro_steps):
@@ -271,6 +294,13 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
             # The common case stays one compiled call, flush included.
             stacked = _variables(ops.stack(column) for column in zip(*micro_batches))
             return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
+        if len(runs) == 2 and runs[1][0] == micro_steps - 1 and _short_last(micro_batches):
+            # Equal micro-batches and a shorter last (an uneven window): still one compiled call.
+            stacked = _variables(ops.stack(column) for column in zip(*micro_batches[:-1]))
+            head_counts = None if counts is None else counts[:-1]
+            tail_count = None if counts is None else Tensor(counts[-1])
+            return uneven_loop(stacked, _tensor(head_counts), Tensor(micro_steps - 1, ms.int32),
+                               _variables(micro_batches[-1]), tail_count)
         loss_sum = ZERO_FLOAT
         for start, stop in runs:
             ends_window = stop == micro_steps
