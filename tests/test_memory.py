@@ -84,7 +84,6 @@ def test_a_rank_that_cannot_plan_ends_every_rank_in_one_line(monkeypatch):
 
 
 @pytest.mark.parametrize("flags, why", [
-    ({"driver": "window"}, "--driver window stacks a window's micro-batches into one tensor of one shape"),
     ({"scale_rule": "linear"}, "--scale-rule linear follows N micro-batches of batch_size"),
 ])
 def test_resuming_an_uneven_window_with_a_setting_that_needs_whole_ones_is_one_line(tmp_path, flags, why):
