@@ -16,6 +16,7 @@ import mindspore as ms
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
 from common.files import unfinished_writes
 from training.arguments import flag
+from training.config import ADAPTIVE
 from training.errors import TrainingError
 from training.interrupts import deferred
 
@@ -210,15 +211,49 @@ def check_settings(path, config):
         ...
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
+    saved = recorded_settings(path)
+    # A fixed window is the run's, whatever the number of ranks: it may change (docs/devices.md#resuming-on-another-number-of-ranks).
+    free = ("ranks",) if saved["accumulate_step"] not in ADAPTIVE else ()
+    changed = [f"{_named(name)} was {saved.get(name)}, now {value}"
+               for name, value in config.resume_settings().items() if saved.get(name) != value and name not in free]
+    if changed:
+        raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed) + ". "
+                            + _per_rank_hint(saved, config) + "Pass the same flags, or another --ckpt-dir.")
+
+
+def recorded_settings(path):
+    """The resume settings the checkpoint at ``path`` recorded, with the defaults of those it predates.
+
+    Example:
+        >>> import tempfile
+        >>> from training.config import TrainConfig
+        >>> from training.loop import build_run
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp())
+        >>> recorded_settings(save_epoch_checkpoint(build_run(config, toy_task()), config, 1, []))["ranks"]
+        1
+    """
     recorded = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
     saved = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
     if "probe_interval" not in recorded and saved["accumulate_step"] == "auto":
         saved["accumulate_step"] = "noise"  # before the measured window, auto followed the noise scale
-    changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
-               for name, value in config.resume_settings().items() if saved.get(name) != value]
-    if changed:
-        raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed)
-                            + ". Pass the same flags, or another --ckpt-dir.")
+    return saved
+
+
+def _named(name):
+    return "the number of ranks" if name == "ranks" else flag(name)
+
+
+def _per_rank_hint(saved, config):
+    """Why ``--accumulate-step`` differs on another number of ranks, and what keeps the batch, or nothing."""
+    steps, ranks = saved["accumulate_step"], saved["ranks"]
+    if ranks == config.ranks or steps in ADAPTIVE or config.accumulate_step in ADAPTIVE \
+            or config.batch_size != saved["batch_size"]:
+        return ""
+    keep = (f"--accumulate-step {steps // config.ranks}" if steps % config.ranks == 0 else
+            f"--batch-size {saved['batch_size'] * steps} --micro-batch {saved['batch_size']}")
+    return (f"Under --distributed, --accumulate-step counts one rank's micro-batches: the checkpoint's run took "
+            f"{steps} per update over {ranks} ranks; on {config.ranks} ranks pass {keep}. ")
 
 
 def resume(run, config, say=print):
@@ -253,6 +288,8 @@ def resume(run, config, say=print):
         except UNREADABLE as error:
             print(f"warning: skipping unreadable checkpoint {path}: {error}", file=sys.stderr)
             continue
-        say(f"resumed from {path} (epoch {extra['epoch']})")
+        ranks = recorded_settings(path)["ranks"]
+        moved = f"; its run had {ranks} ranks, this one {config.ranks}" if ranks != config.ranks else ""
+        say(f"resumed from {path} (epoch {extra['epoch']}){moved}")
         return int(extra["epoch"]), json.loads(extra["history"])
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")

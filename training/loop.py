@@ -23,6 +23,7 @@ from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
 from training.probe import held_out_loss, measured_schedule, train_probing
+from training.ranks import rank_sizes, rank_steps, run_steps, whole_on_every_rank
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
@@ -167,7 +168,8 @@ def choose_driver(config, optimizer):
     the measured window (``--accumulate-step auto``: N set on the host
     between windows, one graph for every N); while the noise scale changes N
     in the graph (the host would wait for it to stack a window) or when each
-    window ends in a smaller micro-batch (``last_micro_batch``: the window
+    window ends in a smaller micro-batch (``last_micro_batch``, or a rank's
+    part of the window, ``training.ranks.whole_on_every_rank``: the window
     step stacks its window into one tensor of one shape), ``"in-graph"`` for an optimizer
     of at most ``FEW_TENSORS`` parameter tensors and ``"host"`` above. PyNative mode
     runs op by op, where only the in-graph call adds and applies in one
@@ -191,7 +193,7 @@ def choose_driver(config, optimizer):
         return config.driver
     if config.mode != "graph":
         return "in-graph"
-    if config.accumulate_step != NOISE and config.last_micro_batch is None:
+    if config.accumulate_step != NOISE and whole_on_every_rank(config):
         return "window"
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -222,7 +224,7 @@ def build_run(config, task):
     if config.accumulate_step == NOISE:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *NOISE_STEPS, ranks=config.ranks,
                                              update_cost=config.update_cost)
-    accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, clip_norm=config.clip_norm,
+    accumulator = Accumulator(optimizer, accumulate_step or rank_steps(config), clip_norm=config.clip_norm,
                               track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None)
     if critical is not None:
@@ -325,7 +327,7 @@ def compile_train_step(run, task, config, epoch):
     with deferred():
         run.compile_window()
         window = next(iter(epoch_windows(config, task, epoch)))
-        sizes = _compiled_sizes(config.batch_size, config.last_micro_batch)
+        sizes = set(rank_sizes(config))
         # One micro-batch of each size the windows repeat: a Cell keeps a graph per input shape.
         repeated = {labels.shape[0]: (inputs, labels) for inputs, labels in window if labels.shape[0] in sizes}
         for inputs, labels in repeated.values() if run.window_step is None else ():
@@ -337,7 +339,7 @@ def compile_train_step(run, task, config, epoch):
         if run.window_step is not None:
             state = training_state(run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
             saved = snapshot_state(state)
-            _train_window(run, window, sizes, config.first_step, [task.count(labels) for _, labels in window])
+            _train_window(run, window, sizes, rank_steps(config), [task.count(labels) for _, labels in window])
             restore_state(state, saved)
             run.accumulator.host.sync_position()
     return time.perf_counter() - started
@@ -354,18 +356,14 @@ def _op_by_op():
         ms.set_context(mode=mode)
 
 
-def _compiled_sizes(batch_size, last_micro_batch):
-    """The micro-batch sizes whole windows hold, run compiled: ``batch_size``, and an uneven window's last."""
-    return {batch_size, last_micro_batch or batch_size}
-
-
-def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows, last_micro_batch=None):
+def train_on_windows(run, windows, sizes, accumulate_step, count=count_rows):
     """Trains windows of micro-batches, yielding each window's (summed loss, counted, samples); flushes at the end.
 
     ``count`` is ``Task.count``: each micro-batch's count goes to the
     accumulator with its gradient and into ``counted``; ``samples`` are rows.
+    ``sizes``: the micro-batch sizes a whole window holds (``training.ranks.rank_sizes``), run compiled.
 
-    Whole windows (``accumulate_step`` micro-batches of ``batch_size``) go
+    Whole windows (``accumulate_step`` micro-batches of ``sizes``) go
     through the compiled steps: the window step when the run has one, with
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch; so does each uneven window's smaller last
@@ -387,19 +385,23 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
         >>> run = build_run(TrainConfig(mode="pynative", batch_size=3, accumulate_step=2), toy_task())
         >>> windows = toy_task().train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
         ...                                    num_shards=None, shard_id=None)  # [3, 3], [2]
-        >>> [samples for _, _, samples in train_on_windows(run, windows, 3, 2)], int(run.accumulator.update_count)
+        >>> [samples for _, _, samples in train_on_windows(run, windows, {3}, 2)], int(run.accumulator.update_count)
         ([6, 2], 2)
     """
+    fixed = run.critical is None and run.accumulator.schedule.fixed_step is not None
+    window = None
     for window in windows:
         counts = [count(labels) for _, labels in window]
-        loss_sum = _train_window(run, window, _compiled_sizes(batch_size, last_micro_batch), accumulate_step, counts)
+        loss_sum = _train_window(run, window, sizes, accumulate_step, counts)
+        if fixed and len(window) < accumulate_step:
+            run.flush()  # every rank applies each window once: a rank with fewer micro-batches, or none, by a flush
         _follow_updates(run)
         # A Window knows its samples (a padded one holds rows that are none); a plain list has one per row.
         samples = getattr(window, "samples", None)
         yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window) if samples is None else samples
-    # Only a partial last window needs the flush: an empty one would not change a thing.
-    # Ranks hold equally many micro-batches: all agree.
-    if int(run.accumulator.micro_step):
+    # While N changes, only a partial last window needs the flush, on every rank (a rank whose last window is empty
+    # too): an empty one on every rank would not change a thing.
+    if not fixed and (int(run.accumulator.micro_step) or window == []):
         run.flush()
         _follow_updates(run)
 
@@ -466,9 +468,8 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     n = _samples_per_rank(config, task)
     total = n - n % config.batch_size if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
-    trained = functools.partial(train_on_windows, run, batch_size=config.batch_size,
-                                accumulate_step=config.first_step, count=task.count,
-                                last_micro_batch=config.last_micro_batch)
+    trained = functools.partial(train_on_windows, run, sizes=set(rank_sizes(config)),
+                                accumulate_step=rank_steps(config), count=task.count)
     probes = []
     if run.critical is not None:
         held_out = held_out_loss(run, task, EVAL_BATCH_SIZE)
@@ -494,10 +495,10 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
 
 
 def epoch_windows(config, task, epoch):
-    """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply).
+    """Epoch ``epoch``'s micro-batches in the run's windows (``training.ranks.run_steps``; the accumulator decides when to apply).
 
     Seeded by ``config.seed + epoch``; under ``distributed``, this rank's
-    shard. An uneven config's ``last_micro_batch`` goes to the task's
+    part of each window, by position (docs/devices.md#the-batch-is-the-runs). An uneven config's ``last_micro_batch`` goes to the task's
     ``train_windows`` (only then: a task of whole windows need not take it).
 
     Example:
@@ -509,7 +510,7 @@ def epoch_windows(config, task, epoch):
     shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
         else dict(num_shards=None, shard_id=None)
     uneven = {} if config.last_micro_batch is None else dict(last_micro_batch=config.last_micro_batch)
-    return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle,
+    return task.train_windows(config.batch_size, run_steps(config), shuffle=config.shuffle,
                               seed=config.seed + epoch, drop_remainder=config.drop_last, **shard, **uneven)
 
 
@@ -549,12 +550,12 @@ def evaluate(run, task):
 
 
 def _samples_per_rank(config, task):
-    # Every rank reads ceil(n / ranks) samples: shards are padded to the same length.
+    # Shards differ by at most a sample per window.
     return -(-task.train_samples // config.ranks)
 
 
 def check_trainable(config, task):
-    """Raises ``TrainingError`` if an epoch would train on nothing: ``drop_last`` with a batch above a rank's samples.
+    """Raises ``TrainingError`` if an epoch would train on nothing: ``drop_last`` with a batch above the samples.
 
     Example:
         >>> from training.config import TrainConfig
@@ -564,11 +565,9 @@ def check_trainable(config, task):
         ...
         training.errors.TrainingError: --batch-size 16 with --drop-last leaves nothing to train: the training ...
     """
-    per_rank = _samples_per_rank(config, task)
-    if config.drop_last and config.batch_size > per_rank:
-        where = (f"each of the {config.ranks} ranks reads {per_rank} of the {task.train_samples} training samples"
-                 if config.distributed else f"the training split has {task.train_samples} samples")
-        raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: {where}")
+    if config.drop_last and config.batch_size > task.train_samples:
+        raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: the training "
+                            f"split has {task.train_samples} samples")
 
 
 def _driver_description(run, config):
@@ -633,6 +632,7 @@ def train(config, task, progress=True):
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
         record["updates"] = int(run.accumulator.update_count)
+        record["ranks"] = config.ranks  # a resumed run's log shows where the number of ranks changed
         if config.tracks_noise or run.scale_rule is not None:
             record["accumulate_step"] = int(run.accumulator.accumulate_step)
             record["effective_batch_size"] = config.effective_batch_size or \
