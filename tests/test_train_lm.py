@@ -261,7 +261,7 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 @pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
 def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, msrun_folder,
                                                              packing, updates):
-    # Rank r reads samples (packed: rows) r, r+2, ...: a window of 2 x 4 per rank holds the same 16 as one
+    # Each window is one process's 16 samples (packed: rows); rank r trains its half by position, 2 x 4, as one
     # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree. Packed within windows,
     # a window is the 16 rows of both ranks, as one process's.
     train_lm.main([*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, packing), "--batch-size", "8",

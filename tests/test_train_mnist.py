@@ -110,8 +110,8 @@ def test_flag_combinations_are_checked_before_anything_runs(capsys):
 def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
                                                                      train_mnist_run):
     # The ranks ran the tool with msrun_worker.TRAIN_MNIST_FLAGS: --batch-size 16 --accumulate-step 2, --lr 0.1.
-    # Rank r reads samples r, r+2, ...: a window of 2 x 16 per rank covers the
-    # same 64 samples as one 64-batch, and the short last windows (4 + 4 and 8) too.
+    # Each window is one process's 64 samples; rank r trains its half by position (2 x 16), and the short last
+    # window's 8 samples too (4 each).
     rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
     assert "effective 64" in rank0 and "epoch 1/1: train loss" in rank0
     assert "epoch 1/1: train loss" not in rank1   # only rank 0 prints

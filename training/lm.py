@@ -213,7 +213,7 @@ def _padded_rows(ordered, length):
 
 def _filled(inputs, targets, documents, rows):
     """The rows with all-PAD rows added up to ``rows`` (they hold no target and no sample)."""
-    filler = rows - len(targets)
+    filler = max(rows - len(targets), 0)  # a shard's rows may end before the epoch's
     return (np.pad(inputs, ((0, filler),) + ((0, 0),) * (inputs.ndim - 1)), np.pad(targets, ((0, filler), (0, 0))),
             np.pad(documents, (0, filler)))
 

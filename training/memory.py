@@ -22,7 +22,7 @@ from training.config import ADAPTIVE, AUTO, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
-from training.ranks import rank_sizes, rank_steps, whole_on_every_rank
+from training.ranks import rank_sizes, rank_steps
 
 # Windows timed per probe, each on its own, after the one that compiles: a window is the run's unit, and
 # several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
@@ -144,11 +144,10 @@ def _given(config, size, batch):
     ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
     if size > batch:
         raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
-    run = planned(config, size, config.batch_size)
-    if config.whole_windows and not whole_on_every_rank(run):
+    if config.whole_windows and config.batch_size % (size * config.ranks):  # not whole_on_every_rank
         raise TrainingError(in_flags(f"{config.whole_windows}; --micro-batch {size} does not divide the batch per "
                                      f"update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
-    return run
+    return planned(config, size, config.batch_size)
 
 
 def planned(config, size, batch, plan=None):
