@@ -31,7 +31,7 @@ def window_slices(n, batch_size, accumulate_step, last_micro_batch=None, num_sha
         [[(0, 8), (8, 16), (16, 20)], [(20, 28)]]
         >>> window_slices(10, 3, 2)
         [[(0, 3), (3, 6)], [(6, 9), (9, 12)]]
-        >>> window_slices(10, 3, 3, last_micro_batch=1, num_shards=2, shard_id=1)  # windows of 7 rows: rows 3 to 6, then 8 and 9
+        >>> window_slices(10, 3, 3, last_micro_batch=1, num_shards=2, shard_id=1)  # rows 3 to 6, then 8 and 9
         [[(3, 6), (6, 7)], [(8, 10)]]
         >>> window_slices(8, 4, 1, num_shards=3, shard_id=0)  # windows of 4 over 3 ranks: 1, 1 and 2 rows
         [[(0, 1)], [(4, 5)]]

@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 
 import mindspore as ms
 
@@ -212,7 +213,8 @@ def check_settings(path, config):
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
     saved = recorded_settings(path)
-    # A fixed window is the run's, whatever the number of ranks: it may change (docs/devices.md#resuming-on-another-number-of-ranks).
+    # A fixed window is the run's, whatever the number of ranks: they may change
+    # (docs/devices.md#resuming-on-another-number-of-ranks).
     free = ("ranks",) if saved["accumulate_step"] not in ADAPTIVE else ()
     changed = [f"{_named(name)} was {saved.get(name)}, now {value}"
                for name, value in config.resume_settings().items() if saved.get(name) != value and name not in free]
@@ -256,6 +258,28 @@ def _per_rank_hint(saved, config):
             f"{steps} per update over {ranks} ranks; on {config.ranks} ranks pass {keep}. ")
 
 
+@contextlib.contextmanager
+def _on_these_ranks(path, ranks, config, accumulator):
+    """``path``, or when its run had other ``ranks`` than ``config``, a copy whose N is this rank's.
+
+    Between windows a rank's N carries nothing: the windows to come are cut
+    anew (docs/devices.md#resuming-on-another-number-of-ranks). A window
+    begun on other ranks was shared otherwise, and is refused.
+    """
+    if ranks == config.ranks:
+        yield path
+        return
+    saved = ms.load_checkpoint(path)
+    if int(saved["accumulator.micro_step"].asnumpy()):
+        raise TrainingError(f"cannot resume {path} on {config.ranks} ranks: it was written within a window that its "
+                            f"{ranks} ranks shared otherwise; resume it on {ranks} ranks")
+    saved["accumulator.accumulate_step"] = ms.Parameter(accumulator.accumulate_step.value(), name="accumulate_step")
+    with tempfile.TemporaryDirectory() as folder:
+        fitted = os.path.join(folder, os.path.basename(path))
+        ms.save_checkpoint(saved, fitted)
+        yield fitted
+
+
 def resume(run, config, say=print):
     """Loads the newest readable checkpoint of ``config.ckpt_dir`` into ``run``.
 
@@ -282,13 +306,15 @@ def resume(run, config, say=print):
             check_settings(path, config)
             if run.critical is not None:  # its N first: load_checkpoint checks the window against it
                 run.critical.load_window(path)
-            extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
+            ranks = recorded_settings(path)["ranks"]
+            with _on_these_ranks(path, ranks, config, run.accumulator) as fitted:
+                extra = load_checkpoint(fitted, run.net, run.optimizer, run.accumulator,
+                                        lr_scheduler=run.lr_scheduler)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error
         except UNREADABLE as error:
             print(f"warning: skipping unreadable checkpoint {path}: {error}", file=sys.stderr)
             continue
-        ranks = recorded_settings(path)["ranks"]
         moved = f"; its run had {ranks} ranks, this one {config.ranks}" if ranks != config.ranks else ""
         say(f"resumed from {path} (epoch {extra['epoch']}){moved}")
         return int(extra["epoch"]), json.loads(extra["history"])

@@ -495,10 +495,11 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
 
 
 def epoch_windows(config, task, epoch):
-    """Epoch ``epoch``'s micro-batches in the run's windows (``training.ranks.run_steps``; the accumulator decides when to apply).
+    """Epoch ``epoch``'s micro-batches in the run's windows (``training.ranks.run_steps``); the accumulator applies.
 
     Seeded by ``config.seed + epoch``; under ``distributed``, this rank's
-    part of each window, by position (docs/devices.md#the-batch-is-the-runs). An uneven config's ``last_micro_batch`` goes to the task's
+    part of each window, by position (docs/devices.md#the-batch-is-the-runs).
+    An uneven config's ``last_micro_batch`` goes to the task's
     ``train_windows`` (only then: a task of whole windows need not take it).
 
     Example:
