@@ -51,7 +51,8 @@ class Run:
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
     gradient, uncompiled (for ``check_equivalence``); ``eager_step`` is
     ``train_step`` uncompiled, for shapes an epoch meets once (see
-    ``train_on_windows``); ``lr_scheduler``
+    ``train_on_windows``; under ``distributed`` it only adds: a compiled
+    flush applies the window); ``lr_scheduler``
     is an ``experimental.optim`` optimizer's schedule, stepped once per
     update (``training.optimizers.make_lr_scheduler``), or None;
     ``scale_rule`` the ``ScaleRule`` that makes the optimizer follow N, or None;
@@ -249,6 +250,11 @@ def build_run(config, task):
         accumulator(grads, count)
         return loss_sum
 
+    def add_step(inputs, labels, count):
+        loss_sum, grads = grad_fn(inputs, labels)
+        accumulator.accumulate(grads, count)
+        return loss_sum
+
     def flush():
         return accumulator.flush()
 
@@ -261,7 +267,8 @@ def build_run(config, task):
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == "window" else None
     parts = dict(driver=driver, net=net, optimizer=optimizer, accumulator=accumulator, grad_fn=grad_fn,
-                 window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule,
+                 window_step=window_step, eager_step=add_step if config.distributed else train_step,
+                 lr_scheduler=lr_scheduler, scale_rule=scale_rule,
                  critical=critical)
     if config.mode != "graph":
         return Run(train_step=train_step, flush=flush, eval_step=eval_step, **parts)
@@ -389,12 +396,15 @@ def train_on_windows(run, windows, sizes, accumulate_step, count=count_rows):
         ([6, 2], 2)
     """
     fixed = run.critical is None and run.accumulator.schedule.fixed_step is not None
+    reduced = run.accumulator.grad_reducer is not None
     window = None
     for window in windows:
         counts = [count(labels) for _, labels in window]
         loss_sum = _train_window(run, window, sizes, accumulate_step, counts)
-        if fixed and len(window) < accumulate_step:
-            run.flush()  # every rank applies each window once: a rank with fewer micro-batches, or none, by a flush
+        # Every rank applies each window once, in a compiled call: a rank with fewer micro-batches, or none, or whose
+        # window ran op by op (its AllReduce would not meet the others', docs/devices.md), by a flush.
+        if fixed and (len(window) < accumulate_step or reduced and int(run.accumulator.micro_step)):
+            run.flush()
         _follow_updates(run)
         # A Window knows its samples (a padded one holds rows that are none); a plain list has one per row.
         samples = getattr(window, "samples", None)

@@ -140,10 +140,9 @@ def plan_run(config, make_task, task_args):
 
 
 def _given(config, size, batch):
-    """``planned`` for ``--micro-batch M``, refused in one line when M does not make every rank's windows."""
+    """``planned`` for ``--micro-batch M``, refused in one line when M does not make every rank's windows whole and
+    the run needs them so. M may exceed a rank's share of the batch (as it does when a run moves to more ranks)."""
     ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
-    if size > batch:
-        raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
     if config.whole_windows and config.batch_size % (size * config.ranks):  # not whole_on_every_rank
         raise TrainingError(in_flags(f"{config.whole_windows}; --micro-batch {size} does not divide the batch per "
                                      f"update of {batch}{ranks}: pass one that does", ("driver", "scale_rule")))
