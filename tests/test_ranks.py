@@ -79,3 +79,16 @@ def test_a_rank_with_an_empty_window_applies_the_other_ranks_window_when_it_flus
     assert bool(accumulator.flush())  # nothing here; the others summed 6 over 3 samples
     np.testing.assert_allclose(w.asnumpy(), [-2.0])
     assert int(accumulator.update_count) == 1 and int(accumulator.skipped_windows) == 0
+
+
+def test_a_checkpoint_from_before_the_runs_windows_counts_its_n_per_rank(tmp_path):
+    import json
+    import mindspore as ms
+    from training.checkpoints import RUN_WINDOWS, recorded_settings
+    path = checkpoint_of(tmp_path, batch_size=2, accumulate_step=2)
+    saved = ms.load_checkpoint(path)
+    settings = json.loads(saved["config"])
+    del settings[RUN_WINDOWS]
+    saved["config"] = json.dumps({**settings, "ranks": 3})  # as a 3-rank run wrote it: N 2 on each rank
+    ms.save_checkpoint(saved, path)
+    assert recorded_settings(path)["accumulate_step"] == 6

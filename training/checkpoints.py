@@ -164,7 +164,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
         'epoch_001.ckpt'
     """
     path = checkpoint_path(config.ckpt_dir, epoch)
-    extra = {"epoch": epoch, "config": json.dumps(config.resume_settings()), "history": json.dumps(history)}
+    settings = {**config.resume_settings(), RUN_WINDOWS: True}
+    extra = {"epoch": epoch, "config": json.dumps(settings), "history": json.dumps(history)}
     if config.memory_plan is not None:  # a resumed --micro-batch auto run keeps it (training.memory)
         extra["memory_plan"] = json.dumps(config.memory_plan)
     try:
@@ -190,6 +191,10 @@ def save_epoch_checkpoint(run, config, epoch, history):
 SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, "scale_rule": "none",
                                 "update_cost": None, "probe_interval": None, "probe_tolerance": None,
                                 "last_micro_batch": None, "clip_norm": None}
+
+
+# Recorded since the windows are the run's (docs/devices.md#the-batch-is-the-runs): N counts all ranks' micro-batches.
+RUN_WINDOWS = "run_windows"
 
 
 def check_settings(path, config):
@@ -239,6 +244,8 @@ def recorded_settings(path):
     saved = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
     if "probe_interval" not in recorded and saved["accumulate_step"] == "auto":
         saved["accumulate_step"] = "noise"  # before the measured window, auto followed the noise scale
+    if RUN_WINDOWS not in recorded and saved["accumulate_step"] not in ADAPTIVE:
+        saved["accumulate_step"] *= saved["ranks"]  # before the run's windows, a fixed N was one rank's
     return saved
 
 
