@@ -25,7 +25,6 @@ from mindspore.communication import get_rank, init
 
 from accumulator._internal.runtime import block_on_cpu
 
-TRAIN_MNIST_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "16", "--accumulate-step", "2"]
 PROBE_FLAGS = ["--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step", "auto", "--probe-interval", "32",
                "--scale-rule", "linear", "--batch-size", "4"]
 MEMORY_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "4", "--micro-batch", "auto"]
@@ -81,7 +80,6 @@ def scenarios(mnist_dir):
             "batchnorm": in_data_parallel_graph(batchnorm_worker.main),
             "whole_batch": whole_batch_worker.main,
             "language_model": in_data_parallel_graph(lm_distributed_worker.main),
-            "train_mnist": functools.partial(train_mnist_ranks, mnist_dir, flags=TRAIN_MNIST_FLAGS),
             "probe": functools.partial(train_mnist_ranks, mnist_dir, flags=PROBE_FLAGS),
             "memory": functools.partial(train_mnist_ranks, mnist_dir, flags=MEMORY_FLAGS),
             "shared_batch": functools.partial(shared_batch, mnist_dir),

@@ -93,6 +93,7 @@ def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_b
                       "--log-json", str(tmp_path / "log.json")])
     four = ended(launches, hosts)
     assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
+    assert "epoch 2/2: train loss" not in (msrun_folder / "rank_1.log").read_text()  # only rank 0 prints
     assert "its run had 2 ranks, this one 4" in (four / "rank_0.log").read_text()
     runs = {(1, "2 ranks"): msrun_folder / "ckpt", (1, "4 ranks"): four / "ckpt",
             (2, "1 -> 2"): msrun_folder / "alone_0",
