@@ -174,7 +174,8 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                              "exactly as if never stopped (an error if there is none, or if one of these "
                              "differs from the checkpoint's: " + ", ".join(
                                  [flag(name) for name in RESUME_FIELDS if name != "ranks"]
-                                 + [flag(name) for name in run_flags] + ["the number of ranks with --accumulate-step auto or noise"])
+                                 + [flag(name) for name in run_flags]
+                                 + ["the number of ranks with --accumulate-step auto or noise"])
                              + "; another number of ranks continues a fixed window, docs/devices.md)")
     output.add_argument("--overwrite", action="store_true",
                         help="start afresh in a --ckpt-dir that holds another run's checkpoints: they are "

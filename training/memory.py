@@ -150,7 +150,7 @@ def _given(config, size, batch):
 
 
 def planned(config, size, batch, plan=None):
-    """``config`` as the run trains it: windows of ``batch``, all ranks together, in micro-batches of ``size``; and ``plan``.
+    """``config`` as the run trains it: windows of ``batch`` (all ranks'), micro-batches of ``size``; and ``plan``.
 
     N is ``ceil(batch / size)``; where ``size`` does not divide ``batch``
     the last micro-batch is smaller (``last_micro_batch``), so every window

@@ -110,8 +110,9 @@ def toy_task(samples=8):
     """A task with no files: ``samples`` seeded random points in 4-D, labelled by the sign of the first.
 
     The same points serve as test split. For examples and quick checks of the
-    loop: it shuffles by ``seed``, shards each window by position, drops a short last batch on request, cuts uneven windows
-    when given ``last_micro_batch``, and trains ``nn.Dense(4, 2)``.
+    loop: it shuffles by ``seed``, shards each window by position, drops a
+    short last batch on request, cuts uneven windows when given
+    ``last_micro_batch``, and trains ``nn.Dense(4, 2)``.
 
     Example:
         >>> task = toy_task()
