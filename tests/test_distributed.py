@@ -105,3 +105,4 @@ def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_b
             np.testing.assert_allclose(moved[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{run}: {name}")
     history = json.loads((tmp_path / "log.json").read_text())["epochs"]
     assert [record["ranks"] for record in history] == [2, 1]
+    assert [record["samples"] for record in history] == [200, 200]  # the two ranks' 89 and 111 added

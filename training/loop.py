@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
-from mindspore import nn
+from mindspore import nn, ops
 from tqdm import tqdm
 
 from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
@@ -460,11 +460,12 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     The samples are visited in the order seeded by ``config.seed + epoch``
     (which does not depend on the batch size), so a resumed run sees the
     same data as an uninterrupted one. Under ``distributed`` each rank
-    reads its own shard. Returns ``{"train_loss" (mean per ``Task.count``),
-    "samples" (over all ranks), "counted" (this rank's ``Task.count`` total
-    times the ranks), "seconds"}``, and with ``run.critical`` "probes": the
-    window's probes in the epoch (``training.probe``), placed by ``seen``,
-    what the run counted before it.
+    reads its part of each window. Returns ``{"train_loss" (mean per
+    ``Task.count``), "samples", "counted" (the ``Task.count`` total),
+    "seconds"}``, the first three over all ranks (added once, at the
+    epoch's end), and with ``run.critical`` "probes": the window's probes
+    in the epoch (``training.probe``), placed by ``seen``, what the run
+    counted before it.
 
     Example:
         >>> from training.config import TrainConfig
@@ -500,8 +501,13 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
             bar.update(window_samples)
     seconds = time.perf_counter() - started
     probed = {"probes": probes} if run.critical is not None else {}
-    return {"train_loss": loss_sum / max(counted, 1), "samples": samples * config.ranks,
-            "counted": counted * config.ranks, "seconds": seconds, **probed}
+    if config.distributed:  # every rank's share of the epoch, added once: shares may differ by a sample a window
+        loss_sum = float(ops.AllReduce()(ms.Tensor([loss_sum], ms.float32)).asnumpy()[0])
+        # Gathered, not reduced: the CPU's AllReduce takes floats only, and float32 would round past 2**24.
+        shares = ops.AllGather()(ms.Tensor([[samples, counted]], ms.int32)).asnumpy()
+        samples, counted = (int(total) for total in shares.sum(axis=0))
+    return {"train_loss": loss_sum / max(counted, 1), "samples": samples, "counted": counted, "seconds": seconds,
+            **probed}
 
 
 def epoch_windows(config, task, epoch):
