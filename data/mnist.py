@@ -279,8 +279,11 @@ class Window(list):
         self.samples = sum(labels.shape[0] for _, labels in micro_batches) if samples is None else samples
 
 
-def _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch, drop_short):
-    for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_short):
+def _tensor_windows(images, labels, order, windows):
+    for window in windows:
+        if not window:  # a shard with no rows in this window
+            yield Window([])
+            continue
         start = window[0][0]
         # One gather per window; its micro-batches and the stacked pair are views of it.
         x, y = images[order[start:window[-1][1]]], labels[order[start:window[-1][1]]]
@@ -311,7 +314,11 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     With ``last_micro_batch`` each whole window ends in a micro-batch of
     that many samples (``data.windows.window_slices``): windows of
     ``batch_size * (accumulate_step - 1) + last_micro_batch`` samples, the
-    same samples in the same order, cut otherwise.
+    same samples in the same order, cut otherwise. With ``num_shards``
+    the windows are the run's over all shards (the samples of a
+    single-process run's windows) and shard ``shard_id`` gets its part of
+    each by position (``window_slices``); unlike :func:`mnist_batches`,
+    nothing wraps around: a window may leave a shard fewer samples, or none.
 
     Example:
         >>> train = np.zeros((100, 1, 28, 28), np.float32), np.arange(100, dtype=np.int32) % 10
@@ -325,9 +332,14 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
         ((4, 16, 1, 28, 28), (4, 16))
         >>> [[labels.shape[0] for _, labels in window] for window in mnist_windows(train, 16, 3, last_micro_batch=8)]
         [[16, 16, 8], [16, 16, 8], [16, 4]]
+        >>> [[labels.shape[0] for _, labels in window] for window in mnist_windows(train, 16, 4, num_shards=3,
+        ...                                                                        shard_id=2)]
+        [[16, 6], [12]]
     """
     accumulate_step = positive_int(accumulate_step, "accumulate_step")
     _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
-    order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
-    return _tensor_windows(images, labels, order, batch_size, accumulate_step, last_micro_batch, drop_remainder)
+    order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder)
+    windows = window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder, num_shards,
+                            shard_id)
+    return _tensor_windows(images, labels, order, windows)

@@ -134,19 +134,30 @@ def split(x, y, sizes):
     return [(Tensor(x[a:b]), Tensor(y[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def start_msrun(script_and_args, log_dir, cwd, workers=2):
-    """Starts ``script_and_args`` on ``workers`` local CPU ranks under msrun, each rank's log in ``log_dir``."""
+def free_port():
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def start_msrun(script_and_args, log_dir, cwd, workers=2, node=None):
+    """Starts ``script_and_args`` on ``workers`` local CPU ranks under msrun, each rank's log in ``log_dir``.
+
+    ``node``: ``(node_rank, local workers, master port)`` for one of several launches that share ``workers`` ranks,
+    as machines do. msrun starts in a session of its own: ``os.killpg(process.pid, ...)`` ends it and its ranks.
+    """
+    node_rank, local, port = (0, workers, free_port()) if node is None else node
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ)
     # msrun starts the `python` found on PATH: make it this interpreter.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(tests_dir), tests_dir, env.get("PYTHONPATH", "")])
-    command = ["msrun", f"--worker_num={workers}", f"--local_worker_num={workers}", "--master_addr=127.0.0.1",
-               f"--master_port={port}", "--join=True", f"--log_dir={log_dir}", *script_and_args]
-    return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = ["msrun", f"--worker_num={workers}", f"--local_worker_num={local}", "--master_addr=127.0.0.1",
+               f"--master_port={port}", f"--node_rank={node_rank}", "--join=True", f"--log_dir={log_dir}",
+               *script_and_args]
+    return subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
 
 
 def msrun_logs(log_dir):

@@ -10,15 +10,16 @@ import training.lm
 from scripts import train_lm
 
 # Each packing and the updates its one epoch makes.
-PACKINGS = {"--no-packing": 4, "--packing": 3, "--pack-within-windows": 3}
+PACKINGS = {"--no-packing": 4, "--packing": 4, "--pack-within-windows": 4}
 WIDTH = 32
 TEXT = "text"  # the scenario folder's data dir
 
 
-def two_rank_flags(data_dir, packing):
-    """The flags both the ranks and the test's one process train with, but the batch size and --ckpt-dir."""
+def two_rank_flags(data_dir, packing, accumulate_step=2):
+    """The flags both the ranks (``accumulate_step`` 2 each) and the test's one process (4: the run's window) train
+    with, but the batch size and --ckpt-dir."""
     return ["--synthetic", "--data-dir", str(data_dir), "--epochs", "1", "--no-shuffle", "--drop-last",
-            "--accumulate-step", "2", "--width", str(WIDTH), "--depth", "1", "--max-length", "64",
+            "--accumulate-step", str(accumulate_step), "--width", str(WIDTH), "--depth", "1", "--max-length", "64",
             "--sample-tokens", "0", packing]
 
 

@@ -25,10 +25,11 @@ from mindspore.communication import get_rank, init
 
 from accumulator._internal.runtime import block_on_cpu
 
-TRAIN_MNIST_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "16", "--accumulate-step", "2"]
 PROBE_FLAGS = ["--epochs", "1", "--lr", "0.05", "--no-shuffle", "--accumulate-step", "auto", "--probe-interval", "32",
                "--scale-rule", "linear", "--batch-size", "4"]
 MEMORY_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "4", "--micro-batch", "auto"]
+# The run's batch of 9 over two ranks: 4 and 5 samples, one micro-batch and two (tests/test_distributed.py).
+SHARED_BATCH_FLAGS = ["--epochs", "1", "--lr", "0.1", "--no-shuffle", "--batch-size", "9", "--micro-batch", "4"]
 
 
 def in_data_parallel_graph(scenario):
@@ -47,6 +48,27 @@ def train_mnist_ranks(mnist_dir, folder, flags):
     train_mnist.main(["--data-dir", mnist_dir, *flags, "--distributed", "--ckpt-dir", os.path.join(folder, "ckpt")])
 
 
+def shared_batch(mnist_dir, folder):
+    """The run of SHARED_BATCH_FLAGS: epoch 1 on both ranks (``ckpt/``); then one process's epoch 1 on each rank alone
+    (``alone_<rank>/``, a single process's checkpoint) resumed by both ranks for epoch 2: 1 -> 2 ranks."""
+    from scripts import train_mnist
+    train_mnist_ranks(mnist_dir, folder, SHARED_BATCH_FLAGS)
+    ms.reset_auto_parallel_context()  # one process's run: no data parallel
+    alone = os.path.join(folder, f"alone_{get_rank()}")
+    flags = ["--data-dir", mnist_dir, *SHARED_BATCH_FLAGS[2:], "--ckpt-dir", alone]
+    train_mnist.main([*flags, "--epochs", "1"])
+    train_mnist.main([*flags, "--epochs", "2", "--resume", "--distributed"])
+
+
+def four_ranks(mnist_dir, folder):
+    """On four ranks (tests/test_distributed.py starts two launches of two): epoch 1 of SHARED_BATCH_FLAGS' run
+    (``ckpt/``), and epoch 2 of the two ranks' run, copied into ``from_two/``: 2 -> 4 ranks."""
+    from scripts import train_mnist
+    train_mnist_ranks(mnist_dir, folder, SHARED_BATCH_FLAGS)
+    train_mnist.main(["--data-dir", mnist_dir, *SHARED_BATCH_FLAGS[2:], "--epochs", "2", "--resume", "--distributed",
+                      "--ckpt-dir", os.path.join(folder, "from_two")])
+
+
 def scenarios(mnist_dir):
     """Every scenario by name: a function of its folder."""
     import batchnorm_worker
@@ -59,9 +81,10 @@ def scenarios(mnist_dir):
             "batchnorm": in_data_parallel_graph(batchnorm_worker.main),
             "whole_batch": whole_batch_worker.main,
             "language_model": in_data_parallel_graph(lm_distributed_worker.main),
-            "train_mnist": functools.partial(train_mnist_ranks, mnist_dir, flags=TRAIN_MNIST_FLAGS),
             "probe": functools.partial(train_mnist_ranks, mnist_dir, flags=PROBE_FLAGS),
             "memory": functools.partial(train_mnist_ranks, mnist_dir, flags=MEMORY_FLAGS),
+            "shared_batch": functools.partial(shared_batch, mnist_dir),
+            "four_ranks": functools.partial(four_ranks, mnist_dir),
             "train_lm": lm_tool_worker.main,
             "ema": in_data_parallel_graph(ema_worker.main)}
 

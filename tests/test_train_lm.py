@@ -261,14 +261,16 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 @pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
 def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, msrun_folder,
                                                              packing, updates):
-    # Rank r reads samples (packed: rows) r, r+2, ...: a window of 2 x 4 per rank holds the same 16 as one
-    # process's 2 x 8, and the token counts of both ranks are summed, so the updates agree. Packed within windows,
-    # a window is the 16 rows of both ranks, as one process's.
-    train_lm.main([*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, packing), "--batch-size", "8",
-                   "--ckpt-dir", str(tmp_path / "single")])
+    # Each window is one process's 4 x 4 samples (packed: rows); rank r trains its half by position, 2 x 4, and the
+    # token counts of both ranks are summed, so the updates agree. Packed within windows, a window is the 16 rows of
+    # both ranks, as one process's.
+    flags = lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, packing, accumulate_step=4)
+    train_lm.main([*flags, "--batch-size", "4", "--ckpt-dir", str(tmp_path / "single")])
     single = checkpoint(tmp_path / "single" / "epoch_001.ckpt")
     ranks = checkpoint(msrun_folder / packing / "epoch_001.ckpt")
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
+    # N is a rank's: 2 micro-batches of the window's 4.
+    assert (int(ranks.pop("accumulator.accumulate_step")), int(single.pop("accumulator.accumulate_step"))) == (2, 4)
     for name, value in single.items():
         if name.endswith("attention.qkv.bias"):
             # The key bias's gradient is 0 (softmax ignores a shift shared by a query's scores): AdamW (eps 1e-8)

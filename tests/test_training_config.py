@@ -51,7 +51,7 @@ def test_frozen_and_derived_values_come_as_a_new_config():
         config.batch_size = 32
     ranked = dataclasses.replace(config, distributed=True, rank=1, ranks=2)
     assert (config.ranks, config.effective_batch_size, config.main_rank) == (1, 64, True)
-    assert (ranked.ranks, ranked.effective_batch_size, ranked.main_rank) == (2, 128, False)
+    assert (ranked.ranks, ranked.effective_batch_size, ranked.main_rank) == (2, 64, False)  # the run's window
     with pytest.raises(ValueError, match="rank must be in"):
         dataclasses.replace(config, distributed=True, rank=3, ranks=2)
 

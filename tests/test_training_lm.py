@@ -37,7 +37,7 @@ def one_window(corpus, loss, batch_size, accumulate_step, packing=False):
     windows = task.train_windows(batch_size, accumulate_step, shuffle=False, seed=0, drop_remainder=False,
                                  num_shards=None, shard_id=None)
     window = next(iter(windows))
-    (_, counted, samples), = train_on_windows(run, [window], batch_size, accumulate_step, task.count)
+    (_, counted, samples), = train_on_windows(run, [window], {batch_size}, accumulate_step, task.count)
     assert (samples > 32 if packing else samples == 32) and int(run.accumulator.update_count) == 1
     return {p.name: p.asnumpy().copy() for p in run.net.trainable_params()}, counted
 
@@ -79,7 +79,7 @@ def test_adamw_is_mindspores_experimental_one_and_its_learning_rate_follows_the_
     task = lm_task(corpus, **TINY)
     run = build_run(TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, optimizer="adamw", lr=0.5), task)
     windows = task.train_windows(4, 2, shuffle=False, seed=0, drop_remainder=False, num_shards=None, shard_id=None)
-    list(train_on_windows(run, itertools.islice(windows, 3), 4, 2, task.count))  # 6 micro-batches, 3 updates
+    list(train_on_windows(run, itertools.islice(windows, 3), {4}, 2, task.count))  # 6 micro-batches, 3 updates
     schedule = WarmupInverseSqrt(0.5, WARMUP_UPDATES)
     assert isinstance(run.optimizer, optim.AdamW) and int(run.accumulator.update_count) == 3
     assert float(run.optimizer.lrs[0]) == float(schedule(ms.Tensor(3, ms.int32)))  # the 4th update's rate
@@ -106,7 +106,7 @@ def test_an_epoch_counts_its_samples_not_the_padding_rows_of_its_last_micro_batc
     ms.set_context(mode=ms.PYNATIVE_MODE)
     task = lm_task(corpus, **TINY)
     run = build_run(TrainConfig(mode="pynative", batch_size=2, accumulate_step=2), task)
-    assert sum(samples for _, _, samples in train_on_windows(run, windows, 2, 2, task.count)) == 11
+    assert sum(samples for _, _, samples in train_on_windows(run, windows, {2}, 2, task.count)) == 11
 
 
 def test_a_sample_is_seeded_and_starts_with_the_prompt(corpus):
@@ -181,18 +181,14 @@ def test_packed_epochs_follow_the_seed():
 
 
 @pytest.mark.parametrize("drop_remainder", [False, True])
-def test_ranks_deal_the_packed_rows_in_turn_and_get_equally_many(drop_remainder):
+def test_ranks_share_each_packed_window_by_position(drop_remainder):
     samples = split_samples(encode(synthetic_text(6000, seed=2)), 64)
-    whole = rows_of(packed_epoch(samples, batch_size=1, accumulate_step=1)[0])
-    shards = [rows_of(packed_epoch(samples, drop_remainder=drop_remainder, num_shards=3, shard_id=rank)[0])
-              for rank in range(3)]
-    assert len({len(shard) for shard in shards}) == 1       # filler rows included: equal micro-batches
-    for rank, shard in enumerate(shards):
-        dealt = [row for row in (whole + whole)[rank:len(whole) + 2:3]][:len(shard)]
-        real = [row for row in shard if row[0].any()]
-        np.testing.assert_array_equal(np.stack(real), np.stack(dealt[:len(real)]))
-        if drop_remainder:
-            assert len(real) == len(shard) and len(shard) % 4 == 0
+    whole = packed_epoch(samples, drop_remainder=drop_remainder)[0]
+    shards = [packed_epoch(samples, drop_remainder=drop_remainder, num_shards=3, shard_id=rank)[0] for rank in range(3)]
+    assert all(len(shard) == len(whole) for shard in shards)  # every rank takes part in every window
+    for index, window in enumerate(whole):
+        shared = [row for shard in shards for row in rows_of([shard[index]]) if row[0].any()]
+        np.testing.assert_array_equal(np.stack(shared), np.stack([row for row in rows_of([window]) if row[0].any()]))
 
 
 def test_check_equivalence_accepts_a_packed_window_of_the_tool(corpus):

@@ -111,7 +111,7 @@ def test_a_resumed_uneven_plan_keeps_its_windows_and_refuses_another_batch(tmp_p
     summary, _ = train(kept, toy_task(20), progress=False)
     assert summary["updates"] == 2 and summary["effective_batch_size"] == 20
     with pytest.raises(TrainingError, match=f"cannot resume with --batch-size 24 --micro-batch auto: {folder}/"
-                                            "epoch_002.ckpt was trained with 8 \\+ 8 \\+ 4 per rank"):
+                                            "epoch_002.ckpt was trained with 8 \\+ 8 \\+ 4 per update"):
         training.memory.plan_run(TrainConfig(batch_size=24, accumulate_step=1, micro_batch="auto", ckpt_dir=folder,
                                              resume=True), toy_task, (20,))
 
@@ -157,7 +157,8 @@ def test_a_language_model_window_of_8_8_4_rows_updates_like_one_of_20(tmp_path):
                              shuffle=False, **uneven)
         run = build_run(config, task)
         window = next(iter(task.train_windows(batch_size, accumulate_step, **{**ORDER, "shuffle": False}, **uneven)))
-        (_, counted, _), = train_on_windows(run, [window], batch_size, accumulate_step, task.count, **uneven)
+        sizes = {batch_size, uneven.get("last_micro_batch", batch_size)}
+        (_, counted, _), = train_on_windows(run, [window], sizes, accumulate_step, task.count)
         return {p.name: p.asnumpy() for p in run.net.trainable_params()}, counted, rows_of([window])
 
     large, tokens, _ = first_window(20, 1)

@@ -10,12 +10,14 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 
 import mindspore as ms
 
 from accumulator import CheckpointMismatchError, load_checkpoint, save_checkpoint
 from accumulator.core.checkpoints import unfinished_writes
 from training.arguments import flag
+from training.config import ADAPTIVE
 from training.errors import TrainingError
 from training.interrupts import deferred
 
@@ -162,7 +164,8 @@ def save_epoch_checkpoint(run, config, epoch, history):
         'epoch_001.ckpt'
     """
     path = checkpoint_path(config.ckpt_dir, epoch)
-    extra = {"epoch": epoch, "config": json.dumps(config.resume_settings()), "history": json.dumps(history)}
+    settings = {**config.resume_settings(), RUN_WINDOWS: True}
+    extra = {"epoch": epoch, "config": json.dumps(settings), "history": json.dumps(history)}
     if config.memory_plan is not None:  # a resumed --micro-batch auto run keeps it (training.memory)
         extra["memory_plan"] = json.dumps(config.memory_plan)
     try:
@@ -190,6 +193,10 @@ SETTINGS_BEFORE_THEY_EXISTED = {"packing": False, "pack_within_windows": False, 
                                 "last_micro_batch": None, "clip_norm": None}
 
 
+# Recorded since the windows are the run's (docs/devices.md#the-batch-is-the-runs): N counts all ranks' micro-batches.
+RUN_WINDOWS = "run_windows"
+
+
 def check_settings(path, config):
     """Raises ``TrainingError`` if the checkpoint at ``path`` was taken with other resume settings than ``config``'s.
 
@@ -210,15 +217,74 @@ def check_settings(path, config):
         ...
         training.errors.TrainingError: cannot resume exactly from .../epoch_001.ckpt: --accumulate-step was 2, now 4; --optimizer was sgd, now adam. Pass the same flags, or another --ckpt-dir.
     """
+    saved = recorded_settings(path)
+    # A fixed window is the run's, whatever the number of ranks: they may change
+    # (docs/devices.md#resuming-on-another-number-of-ranks).
+    free = ("ranks",) if saved["accumulate_step"] not in ADAPTIVE else ()
+    changed = [f"{_named(name)} was {saved.get(name)}, now {value}"
+               for name, value in config.resume_settings().items() if saved.get(name) != value and name not in free]
+    if changed:
+        raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed) + ". "
+                            + _per_rank_hint(saved, config) + "Pass the same flags, or another --ckpt-dir.")
+
+
+def recorded_settings(path):
+    """The resume settings the checkpoint at ``path`` recorded, with the defaults of those it predates.
+
+    Example:
+        >>> import tempfile
+        >>> from training.config import TrainConfig
+        >>> from training.loop import build_run
+        >>> from training.task import toy_task
+        >>> config = TrainConfig(mode="pynative", ckpt_dir=tempfile.mkdtemp())
+        >>> recorded_settings(save_epoch_checkpoint(build_run(config, toy_task()), config, 1, []))["ranks"]
+        1
+    """
     recorded = json.loads(ms.load_checkpoint(path, choice_func=lambda name: name == "config")["config"])
     saved = {**SETTINGS_BEFORE_THEY_EXISTED, **recorded}
     if "probe_interval" not in recorded and saved["accumulate_step"] == "auto":
         saved["accumulate_step"] = "noise"  # before the measured window, auto followed the noise scale
-    changed = [f"{flag(name)} was {saved.get(name)}, now {value}"
-               for name, value in config.resume_settings().items() if saved.get(name) != value]
-    if changed:
-        raise TrainingError(f"cannot resume exactly from {path}: " + "; ".join(changed)
-                            + ". Pass the same flags, or another --ckpt-dir.")
+    if RUN_WINDOWS not in recorded and saved["accumulate_step"] not in ADAPTIVE:
+        saved["accumulate_step"] *= saved["ranks"]  # before the run's windows, a fixed N was one rank's
+    return saved
+
+
+def _named(name):
+    return "the number of ranks" if name == "ranks" else flag(name)
+
+
+def _per_rank_hint(saved, config):
+    """Why ``--accumulate-step`` differs on another number of ranks, and what keeps the batch, or nothing."""
+    steps, ranks = saved["accumulate_step"], saved["ranks"]
+    if ranks == config.ranks or steps in ADAPTIVE or config.accumulate_step in ADAPTIVE \
+            or config.batch_size != saved["batch_size"]:
+        return ""
+    keep = (f"--accumulate-step {steps // config.ranks}" if steps % config.ranks == 0 else
+            f"--batch-size {saved['batch_size'] * steps} --micro-batch {saved['batch_size']}")
+    return (f"Under --distributed, --accumulate-step counts one rank's micro-batches: the checkpoint's run took "
+            f"{steps} per update over {ranks} ranks; on {config.ranks} ranks pass {keep}. ")
+
+
+@contextlib.contextmanager
+def _on_these_ranks(path, ranks, config, accumulator):
+    """``path``, or when its run had other ``ranks`` than ``config``, a copy whose N is this rank's.
+
+    Between windows a rank's N carries nothing: the windows to come are cut
+    anew (docs/devices.md#resuming-on-another-number-of-ranks). A window
+    begun on other ranks was shared otherwise, and is refused.
+    """
+    if ranks == config.ranks:
+        yield path
+        return
+    saved = ms.load_checkpoint(path)
+    if int(saved["accumulator.micro_step"].asnumpy()):
+        raise TrainingError(f"cannot resume {path} on {config.ranks} ranks: it was written within a window that its "
+                            f"{ranks} ranks shared otherwise; resume it on {ranks} ranks")
+    saved["accumulator.accumulate_step"] = ms.Parameter(accumulator.accumulate_step.value(), name="accumulate_step")
+    with tempfile.TemporaryDirectory() as folder:
+        fitted = os.path.join(folder, os.path.basename(path))
+        ms.save_checkpoint(saved, fitted)
+        yield fitted
 
 
 def resume(run, config, say=print):
@@ -247,12 +313,16 @@ def resume(run, config, say=print):
             check_settings(path, config)
             if run.critical is not None:  # its N first: load_checkpoint checks the window against it
                 run.critical.load_window(path)
-            extra = load_checkpoint(path, run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
+            ranks = recorded_settings(path)["ranks"]
+            with _on_these_ranks(path, ranks, config, run.accumulator) as fitted:
+                extra = load_checkpoint(fitted, run.net, run.optimizer, run.accumulator,
+                                        lr_scheduler=run.lr_scheduler)
         except CheckpointMismatchError as error:
             raise TrainingError(f"cannot resume: {error}") from error
         except UNREADABLE as error:
             print(f"warning: skipping unreadable checkpoint {path}: {error}", file=sys.stderr)
             continue
-        say(f"resumed from {path} (epoch {extra['epoch']})")
+        moved = f"; its run had {ranks} ranks, this one {config.ranks}" if ranks != config.ranks else ""
+        say(f"resumed from {path} (epoch {extra['epoch']}){moved}")
         return int(extra["epoch"]), json.loads(extra["history"])
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")

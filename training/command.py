@@ -94,8 +94,10 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
     run.add_argument("--window-step", dest="driver", action="store_const", const="window",
                      help="the same as --driver window")
     run.add_argument("--distributed", action="store_true",
-                     help="data parallel under msrun: each rank trains on its shard, gradients are summed "
-                          "across ranks once per window; only rank 0 prints and writes files")
+                     help="data parallel under msrun: each rank trains its part of each of the run's windows, "
+                          "gradients are summed across ranks once per window (--accumulate-step counts one rank's "
+                          "micro-batches; --batch-size with --micro-batch is the run's); only rank 0 prints and "
+                          "writes files; docs/devices.md")
 
     training = parser.add_argument_group("training")
     training.add_argument("--batch-size", type=positive_int, metavar="N",
@@ -177,7 +179,9 @@ def make_parser(prog, description, optimizers, defaults, sample="sample", run_fl
                              "exactly as if never stopped (an error if there is none, or if one of these "
                              "differs from the checkpoint's: " + ", ".join(
                                  [flag(name) for name in RESUME_FIELDS if name != "ranks"]
-                                 + [flag(name) for name in run_flags] + ["the number of ranks"]) + ")")
+                                 + [flag(name) for name in run_flags]
+                                 + ["the number of ranks with --accumulate-step auto or noise"])
+                             + "; another number of ranks continues a fixed window, docs/devices.md)")
     output.add_argument("--overwrite", action="store_true",
                         help="start afresh in a --ckpt-dir that holds another run's checkpoints: they are "
                              "removed once the data is checked and training starts")

@@ -243,17 +243,20 @@ class TrainConfig:
 
     @property
     def effective_batch_size(self):
-        """Samples per optimizer update: micro-batch x accumulate-step x ranks (None when N changes).
+        """Samples per optimizer update, all ranks together: the window's (None when N changes).
+
+        Under ``distributed`` a fixed ``accumulate_step`` counts the run's micro-batches, over all ranks
+        (``training.context.configure_context`` multiplies a rank's by the ranks; docs/devices.md).
 
         Example:
-            >>> TrainConfig(batch_size=16, accumulate_step=2, distributed=True, ranks=4).effective_batch_size
+            >>> TrainConfig(batch_size=16, accumulate_step=8, distributed=True, ranks=4).effective_batch_size
             128
         """
         if self.accumulate_step in ADAPTIVE:
             return None
         if self.micro_batch is not None:  # not planned yet: batch_size is the batch per update
             return self.batch_size
-        return self.window_samples * self.ranks
+        return self.window_samples
 
     @property
     def whole_window_reason(self):
@@ -335,13 +338,13 @@ class TrainConfig:
             '32 x 4'
             >>> TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4, distributed=True,
             ...             ranks=2).window_description()
-            '(8 + 8 + 4) x 2 ranks'
+            '8 + 8 + 4 over 2 ranks'
         """
-        ranks = f" x {self.ranks} ranks" if self.distributed else ""
+        ranks = f" over {self.ranks} ranks" if self.distributed else ""
         if self.last_micro_batch is None:
             return f"{self.batch_size} x {self.accumulate_step}{ranks}"
         sizes = " + ".join(map(str, [self.batch_size] * (self.accumulate_step - 1) + [self.last_micro_batch]))
-        return f"({sizes}){ranks}" if ranks else sizes
+        return sizes + ranks
 
     @property
     def main_rank(self):

@@ -5,11 +5,17 @@ import os
 import mindspore as ms
 from mindspore import communication
 
+from training.config import ADAPTIVE
 from training.errors import TrainingError
 
 
 def configure_context(config):
     """Sets the device and mode ``config`` asks for; returns it with the real rank and ranks.
+
+    A fixed ``accumulate_step`` given with ``distributed`` counts one rank's
+    micro-batches: the config returned counts the run's, over all ranks
+    (times the ranks), so that its window is the batch per update whatever
+    the number of ranks (docs/devices.md#the-batch-is-the-runs).
 
     Call it once, before any data is fetched or any kernel runs: a missing
     device should not wait for a download. Raises ``TrainingError`` if the
@@ -42,4 +48,7 @@ def configure_context(config):
         except RuntimeError as error:
             raise TrainingError(f"--distributed needs a launcher such as msrun ({error})") from None
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
-    return dataclasses.replace(config, rank=communication.get_rank(), ranks=communication.get_group_size())
+    ranks = communication.get_group_size()
+    per_rank = config.accumulate_step not in ADAPTIVE and config.micro_batch is None
+    return dataclasses.replace(config, rank=communication.get_rank(), ranks=ranks,
+                               accumulate_step=config.accumulate_step * ranks if per_rank else config.accumulate_step)

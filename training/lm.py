@@ -139,8 +139,9 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     """One epoch of ``samples`` as windows (``data.windows.window_slices``) of micro-batches ``[batch_size, length]``.
 
     The samples (each at most ``length + 1`` tokens) are read in
-    ``data.mnist.reading_order`` (seeded, sharded, dropping a short last
-    batch on request); every micro-batch is padded to ``length``, and a
+    ``data.mnist.reading_order`` (seeded, dropping a short last batch on
+    request), and shard ``shard_id`` of ``num_shards`` takes its part of each
+    of the run's windows (``window_slices``); every micro-batch is padded to ``length``, and a
     short last micro-batch is filled with all-PAD rows, which hold no
     targets: the whole epoch takes one shape, so the train step compiles
     once, however the lengths fall. Each :class:`~data.mnist.Window`
@@ -150,11 +151,9 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     of ``length`` target slots (``data.packing.first_fit``, ``pack_rows``):
     inputs are ``[batch_size, 2, length]`` (tokens, document ids), and
     padding is left only at a row's tail. The rows, not the samples, are
-    then sharded (dealt in turn, wrapped around to equal numbers, as
-    ``reading_order`` deals samples) and batched, so every rank gets
-    equally many rows, and ``drop_remainder`` drops a short last batch of rows.
-    With ``within_windows`` a sample is packed only into a row of its own
-    window (``first_fit``'s ``window``: the window's rows over all shards):
+    then cut into windows and sharded, and ``drop_remainder`` drops a short
+    last batch of rows. With ``within_windows`` a sample is packed only into
+    a row of its own window (``first_fit``'s ``window``: the run's window of rows):
     each window holds a run of consecutive samples of the order, where
     first fit over the epoch moves short samples forward into rows opened
     windows before.
@@ -162,7 +161,8 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
     With ``last_micro_batch`` each whole window ends in a micro-batch of
     that many rows (``data.windows.window_slices``), and the epoch's last
     micro-batch is filled to the size of its place in the window: the
-    micro-batches take two shapes, each compiled once.
+    micro-batches take two shapes, each compiled once. A shard's short
+    micro-batch that other shards' rows follow is not filled.
 
     ``layout``, a dict, receives the epoch's ``"slots"`` (target positions
     computed, filler rows included) and ``"tokens"`` (targets that are not
@@ -183,22 +183,23 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         >>> [[tuple(targets.shape) for _, targets in window] for window in uneven]
         [[(2, 16), (1, 16)], [(2, 16), (1, 16)]]
     """
+    reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)  # checks
     if not packing:
-        order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
+        order = reading_order(len(samples), batch_size, shuffle, seed, drop_remainder)
         inputs, targets = _padded_rows([samples[i] for i in order], length)
         documents = (targets != PAD).any(axis=-1).astype(np.int64)
     else:
-        reading_order(len(samples), batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)  # checks
         order = reading_order(len(samples), 1, shuffle, seed)
         ordered = [samples[i] for i in order]
         span = batch_size * (accumulate_step - 1) + (last_micro_batch or batch_size)
-        rows = first_fit([len(sample) - 1 for sample in ordered], length,
-                         span * (num_shards or 1) if within_windows else None)
-        taken = reading_order(len(rows), batch_size, False, None, drop_remainder, num_shards, shard_id)
+        rows = first_fit([len(sample) - 1 for sample in ordered], length, span if within_windows else None)
+        taken = reading_order(len(rows), batch_size, False, None, drop_remainder)
         inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
         documents = inputs[:, 1].max(axis=-1)
-    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch, drop_remainder)
-    inputs, targets, documents = _filled(inputs, targets, documents, windows[-1][-1][1] if windows else 0)
+    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch, drop_remainder, num_shards,
+                            shard_id)
+    filled = max((window[-1][1] for window in windows if window), default=0)
+    inputs, targets, documents = _filled(inputs, targets, documents, filled)
     if layout is not None:
         layout.update(slots=targets.size, tokens=int(np.count_nonzero(targets != PAD)))
     return _windows(inputs, targets, documents, windows)
@@ -213,7 +214,7 @@ def _padded_rows(ordered, length):
 
 def _filled(inputs, targets, documents, rows):
     """The rows with all-PAD rows added up to ``rows`` (they hold no target and no sample)."""
-    filler = rows - len(targets)
+    filler = max(rows - len(targets), 0)  # a shard's rows may end before the epoch's
     return (np.pad(inputs, ((0, filler),) + ((0, 0),) * (inputs.ndim - 1)), np.pad(targets, ((0, filler), (0, 0))),
             np.pad(documents, (0, filler)))
 
@@ -221,6 +222,9 @@ def _filled(inputs, targets, documents, rows):
 def _windows(inputs, targets, documents, windows):
     """The windows of ``data.windows.window_slices``, each knowing the samples its rows hold."""
     for window in windows:
+        if not window:  # a shard with no rows in this window
+            yield Window([])
+            continue
         start, stop = window[0][0], window[-1][1]
         stacked = None
         if len({b - a for a, b in window}) == 1:  # micro-batches all of one size

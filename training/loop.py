@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
-from mindspore import nn
+from mindspore import nn, ops
 from tqdm import tqdm
 
 from accumulator import Accumulator, WindowAllReduce, check_equivalence, make_window_step, training_state
@@ -27,6 +27,7 @@ from training.errors import TrainingError
 from training.interrupts import deferred, finishing
 from training.optimizers import make_lr_scheduler, make_optimizer
 from training.probe import held_out_loss, measured_schedule, train_probing
+from training.ranks import rank_sizes, rank_steps, run_steps, whole_on_every_rank
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
@@ -54,7 +55,8 @@ class Run:
     ``grad_fn(inputs, labels) -> (summed loss, grads)`` is the step's
     gradient, uncompiled (for ``check_equivalence``); ``eager_step`` is
     ``train_step`` uncompiled, for shapes an epoch meets once (see
-    ``train_on_windows``); ``lr_scheduler``
+    ``train_on_windows``; under ``distributed`` it only adds: a compiled
+    flush applies the window); ``lr_scheduler``
     is an ``experimental.optim`` optimizer's schedule, stepped once per
     update (``training.optimizers.make_lr_scheduler``), or None;
     ``scale_rule`` the ``ScaleRule`` that makes the optimizer follow N, or None;
@@ -167,12 +169,14 @@ class _Flush(nn.Cell):
 def choose_driver(config, optimizer):
     """How ``config``'s run drives its windows: ``config.driver``, or for ``"auto"`` the fastest for the net.
 
-    ``"auto"`` is ``"window"`` at a fixed N, whole micro-batches or each
-    window ending in a smaller one (``last_micro_batch``: one compiled call
-    per window still), and for the measured window (``--accumulate-step
-    auto``: N set on the host between windows, one graph for every N); while
-    the noise scale changes N in the graph (the host would wait for it to
-    stack a window), ``"in-graph"`` for an optimizer of at most
+    ``"auto"`` is ``"window"`` at a fixed N, and for the measured window
+    (``--accumulate-step auto``: N set on the host between windows, one
+    graph for every N): in one process a window ending in a smaller
+    micro-batch (``last_micro_batch``) is one compiled call still; across
+    ranks every rank's part must be whole micro-batches
+    (``training.ranks.whole_on_every_rank``). While the noise scale changes N
+    in the graph (the host would wait for it to stack a window), or a rank's
+    part is uneven, ``"in-graph"`` for an optimizer of at most
     ``FEW_TENSORS`` parameter tensors and ``"host"`` above. With a
     ``memory_budget`` memory comes first: ``"host"``, the leanest driver on both
     tools (BENCHMARKS.md#peak-memory-each-driver-on-both-tools). PyNative mode
@@ -202,7 +206,7 @@ def choose_driver(config, optimizer):
         return "in-graph"
     if config.memory_budget is not None:
         return "host"
-    if config.accumulate_step != NOISE:
+    if config.accumulate_step != NOISE and (not config.distributed or whole_on_every_rank(config)):
         return WINDOW_STEP
     return "in-graph" if len(optimizer.parameters) <= FEW_TENSORS else "host"
 
@@ -233,7 +237,7 @@ def build_run(config, task):
     if config.accumulate_step == NOISE:
         accumulate_step = NoiseScaleSchedule(config.batch_size, *NOISE_STEPS, ranks=config.ranks,
                                              update_cost=config.update_cost)
-    accumulator = Accumulator(optimizer, accumulate_step or config.accumulate_step, clip_norm=config.clip_norm,
+    accumulator = Accumulator(optimizer, accumulate_step or rank_steps(config), clip_norm=config.clip_norm,
                               track_noise=config.tracks_noise,
                               grad_reducer=WindowAllReduce() if config.distributed else None,
                               policies=[] if config.ema is None else [EMA(optimizer.parameters, config.ema)])
@@ -259,6 +263,11 @@ def build_run(config, task):
         accumulator(grads, count)
         return loss_sum
 
+    def add_step(inputs, labels, count):
+        loss_sum, grads = grad_fn(inputs, labels)
+        accumulator.accumulate(grads, count)
+        return loss_sum
+
     def flush():
         return accumulator.flush()
 
@@ -271,7 +280,8 @@ def build_run(config, task):
     # make_window_step compiles its loop in either mode: a loop run op by op would gain nothing.
     window_step = finishing(make_window_step(grad_fn, accumulator)) if driver == WINDOW_STEP else None
     parts = dict(driver=driver, net=net, optimizer=optimizer, accumulator=accumulator, grad_fn=grad_fn,
-                 window_step=window_step, eager_step=train_step, lr_scheduler=lr_scheduler, scale_rule=scale_rule,
+                 window_step=window_step, eager_step=add_step if config.distributed else train_step,
+                 lr_scheduler=lr_scheduler, scale_rule=scale_rule,
                  critical=critical)
     if config.mode != "graph":
         return Run(train_step=train_step, flush=flush, eval_step=eval_step, **parts)
@@ -337,7 +347,7 @@ def compile_train_step(run, task, config, epoch):
     with deferred():
         run.compile_window()
         window = next(iter(epoch_windows(config, task, epoch)))
-        sizes = _compiled_sizes(config.batch_size, config.last_micro_batch)
+        sizes = set(rank_sizes(config))
         # One micro-batch of each size the windows repeat: a Cell keeps a graph per input shape.
         repeated = {labels.shape[0]: (inputs, labels) for inputs, labels in window if labels.shape[0] in sizes}
         for inputs, labels in repeated.values() if run.window_step is None else ():
@@ -349,7 +359,7 @@ def compile_train_step(run, task, config, epoch):
         if run.window_step is not None:
             state = training_state(run.net, run.optimizer, run.accumulator, lr_scheduler=run.lr_scheduler)
             saved = snapshot_state(state)
-            _train_window(run, window, sizes, config.first_step, [task.count(labels) for _, labels in window])
+            _train_window(run, window, sizes, rank_steps(config), [task.count(labels) for _, labels in window])
             restore_state(state, saved)
             run.accumulator.host.sync_position()
     return time.perf_counter() - started
@@ -381,18 +391,14 @@ def _op_by_op():
         ms.set_context(mode=mode)
 
 
-def _compiled_sizes(batch_size, last_micro_batch):
-    """The micro-batch sizes whole windows hold, run compiled: ``batch_size``, and an uneven window's last."""
-    return {batch_size, last_micro_batch or batch_size}
-
-
-def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows, last_micro_batch=None):
+def train_on_windows(run, windows, sizes, accumulate_step, count=count_rows):
     """Trains windows of micro-batches, yielding each window's (summed loss, counted, samples); flushes at the end.
 
     ``count`` is ``Task.count``: each micro-batch's count goes to the
     accumulator with its gradient and into ``counted``; ``samples`` are rows.
+    ``sizes``: the micro-batch sizes a whole window holds (``training.ranks.rank_sizes``), run compiled.
 
-    Whole windows (``accumulate_step`` micro-batches of ``batch_size``) go
+    Whole windows (``accumulate_step`` micro-batches of ``sizes``) go
     through the compiled steps: the window step when the run has one, with
     the micro-batches as the window stacks them (``data.mnist.Window``), or
     ``train_step`` per micro-batch; so does each uneven window's smaller last
@@ -413,19 +419,26 @@ def train_on_windows(run, windows, batch_size, accumulate_step, count=count_rows
         >>> run = build_run(TrainConfig(mode="pynative", batch_size=3, accumulate_step=2), toy_task())
         >>> windows = toy_task().train_windows(3, 2, shuffle=False, seed=0, drop_remainder=False,
         ...                                    num_shards=None, shard_id=None)  # [3, 3], [2]
-        >>> [samples for _, _, samples in train_on_windows(run, windows, 3, 2)], int(run.accumulator.update_count)
+        >>> [samples for _, _, samples in train_on_windows(run, windows, {3}, 2)], int(run.accumulator.update_count)
         ([6, 2], 2)
     """
+    fixed = run.critical is None and run.accumulator.schedule.fixed_step is not None
+    reduced = run.accumulator.grad_reducer is not None
+    window = None
     for window in windows:
         counts = [count(labels) for _, labels in window]
-        loss_sum = _train_window(run, window, _compiled_sizes(batch_size, last_micro_batch), accumulate_step, counts)
+        loss_sum = _train_window(run, window, sizes, accumulate_step, counts)
+        # Every rank applies each window once, in a compiled call: a rank with fewer micro-batches, or none, or whose
+        # window ran op by op (its AllReduce would not meet the others', docs/devices.md), by a flush.
+        if fixed and (len(window) < accumulate_step or reduced and int(run.accumulator.micro_step)):
+            run.flush()
         _follow_updates(run)
         # A Window knows its samples (a padded one holds rows that are none); a plain list has one per row.
         samples = getattr(window, "samples", None)
         yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window) if samples is None else samples
-    # Only a partial last window needs the flush: an empty one would not change a thing.
-    # Ranks hold equally many micro-batches: all agree.
-    if int(run.accumulator.micro_step):
+    # While N changes, only a partial last window needs the flush, on every rank (a rank whose last window is empty
+    # too): an empty one on every rank would not change a thing.
+    if not fixed and (int(run.accumulator.micro_step) or window == []):
         run.flush()
         _follow_updates(run)
 
@@ -474,11 +487,12 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     The samples are visited in the order seeded by ``config.seed + epoch``
     (which does not depend on the batch size), so a resumed run sees the
     same data as an uninterrupted one. Under ``distributed`` each rank
-    reads its own shard. Returns ``{"train_loss" (mean per ``Task.count``),
-    "samples" (over all ranks), "counted" (this rank's ``Task.count`` total
-    times the ranks), "seconds"}``, and with ``run.critical`` "probes": the
-    window's probes in the epoch (``training.probe``), placed by ``seen``,
-    what the run counted before it.
+    reads its part of each window. Returns ``{"train_loss" (mean per
+    ``Task.count``), "samples", "counted" (the ``Task.count`` total),
+    "seconds"}``, the first three over all ranks (added once, at the
+    epoch's end), and with ``run.critical`` "probes": the window's probes
+    in the epoch (``training.probe``), placed by ``seen``, what the run
+    counted before it.
 
     Example:
         >>> from training.config import TrainConfig
@@ -493,9 +507,8 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     kept = window_slices(n, config.batch_size, config.first_step, config.last_micro_batch, drop_short=True)
     total = sum(stop - start for window in kept for start, stop in window) if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
-    trained = functools.partial(train_on_windows, run, batch_size=config.batch_size,
-                                accumulate_step=config.first_step, count=task.count,
-                                last_micro_batch=config.last_micro_batch)
+    trained = functools.partial(train_on_windows, run, sizes=set(rank_sizes(config)),
+                                accumulate_step=rank_steps(config), count=task.count)
     probes = []
     if run.critical is not None:
         held_out = held_out_loss(run, task, EVAL_BATCH_SIZE)
@@ -516,15 +529,21 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
             bar.update(window_samples)
     seconds = time.perf_counter() - started
     probed = {"probes": probes} if run.critical is not None else {}
-    return {"train_loss": loss_sum / max(counted, 1), "samples": samples * config.ranks,
-            "counted": counted * config.ranks, "seconds": seconds, **probed}
+    if config.distributed:  # every rank's share of the epoch, added once: shares may differ by a sample a window
+        loss_sum = float(ops.AllReduce()(ms.Tensor([loss_sum], ms.float32)).asnumpy()[0])
+        # Gathered, not reduced: the CPU's AllReduce takes floats only, and float32 would round past 2**24.
+        shares = ops.AllGather()(ms.Tensor([[samples, counted]], ms.int32)).asnumpy()
+        samples, counted = (int(total) for total in shares.sum(axis=0))
+    return {"train_loss": loss_sum / max(counted, 1), "samples": samples, "counted": counted, "seconds": seconds,
+            **probed}
 
 
 def epoch_windows(config, task, epoch):
-    """Epoch ``epoch``'s micro-batches in windows of ``config.first_step`` (the accumulator decides when to apply).
+    """Epoch ``epoch``'s micro-batches in the run's windows (``training.ranks.run_steps``); the accumulator applies.
 
     Seeded by ``config.seed + epoch``; under ``distributed``, this rank's
-    shard. An uneven config's ``last_micro_batch`` goes to the task's
+    part of each window, by position (docs/devices.md#the-batch-is-the-runs).
+    An uneven config's ``last_micro_batch`` goes to the task's
     ``train_windows`` (only then: a task of whole windows need not take it).
 
     Example:
@@ -536,7 +555,7 @@ def epoch_windows(config, task, epoch):
     shard = dict(num_shards=config.ranks, shard_id=config.rank) if config.distributed \
         else dict(num_shards=None, shard_id=None)
     uneven = {} if config.last_micro_batch is None else dict(last_micro_batch=config.last_micro_batch)
-    return task.train_windows(config.batch_size, config.first_step, shuffle=config.shuffle,
+    return task.train_windows(config.batch_size, run_steps(config), shuffle=config.shuffle,
                               seed=config.seed + epoch, drop_remainder=config.drop_last, **shard, **uneven)
 
 
@@ -610,12 +629,12 @@ def evaluate_run(run, task):
 
 
 def _samples_per_rank(config, task):
-    # Every rank reads ceil(n / ranks) samples: shards are padded to the same length.
+    # Shards differ by at most a sample per window.
     return -(-task.train_samples // config.ranks)
 
 
 def check_trainable(config, task):
-    """Raises ``TrainingError`` if an epoch would train on nothing: ``drop_last`` with a batch above a rank's samples.
+    """Raises ``TrainingError`` if an epoch would train on nothing: ``drop_last`` with a batch above the samples.
 
     Example:
         >>> from training.config import TrainConfig
@@ -625,11 +644,9 @@ def check_trainable(config, task):
         ...
         training.errors.TrainingError: --batch-size 16 with --drop-last leaves nothing to train: the training ...
     """
-    per_rank = _samples_per_rank(config, task)
-    if config.drop_last and config.batch_size > per_rank:
-        where = (f"each of the {config.ranks} ranks reads {per_rank} of the {task.train_samples} training samples"
-                 if config.distributed else f"the training split has {task.train_samples} samples")
-        raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: {where}")
+    if config.drop_last and config.batch_size > task.train_samples:
+        raise TrainingError(f"--batch-size {config.batch_size} with --drop-last leaves nothing to train: the training "
+                            f"split has {task.train_samples} samples")
 
 
 def _driver_description(run, config):
@@ -699,6 +716,7 @@ def train(config, task, progress=True):
         record["eval_seconds"] = time.perf_counter() - evaluated
         record["samples_per_second"] = record["samples"] / record["seconds"]
         record["updates"] = int(run.accumulator.update_count)
+        record["ranks"] = config.ranks  # a resumed run's log shows where the number of ranks changed
         if config.tracks_noise or run.scale_rule is not None:
             record["accumulate_step"] = int(run.accumulator.accumulate_step)
             record["effective_batch_size"] = config.effective_batch_size or \

@@ -24,6 +24,7 @@ from training.config import ADAPTIVE, AUTO, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
+from training.ranks import rank_sizes, rank_steps
 
 # Windows timed per size measured, each on its own, after the one that compiles: a window is the run's unit, and
 # several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
@@ -77,7 +78,7 @@ def tool_step(size, config, batch, make_task, task_args):
     # The run's evaluation batch is larger than a micro-batch: its peak counts (docs/memory-plan.md#the-tools).
     run.eval_step(*next(iter(task.test_batches(EVAL_BATCH_SIZE))))
     window = next(iter(epoch_windows(config, task, 1)))
-    return lambda: list(train_on_windows(run, [window], size, config.first_step, task.count, config.last_micro_batch))
+    return lambda: list(train_on_windows(run, [window], set(rank_sizes(config)), rank_steps(config), task.count))
 
 
 # The task a measuring child loaded for its first size, kept for the sizes after it (docs/memory-plan.md#planning-cost).
@@ -114,15 +115,15 @@ def plan_run(config, make_task, task_args):
     """
     if config.micro_batch is None:
         return config
-    if config.batch_size % config.ranks:
-        raise TrainingError(f"--batch-size {config.batch_size} per update does not split evenly over the "
-                            f"{config.ranks} ranks")
-    batch = config.batch_size // config.ranks
+    if config.batch_size < config.ranks:
+        raise TrainingError(f"--batch-size {config.batch_size} per update leaves some of the {config.ranks} ranks "
+                            "no sample: pass at least one per rank")
+    batch = -(-config.batch_size // config.ranks)  # the largest rank's part (docs/devices.md#the-batch-is-the-runs)
     if config.micro_batch != AUTO:
         return _given(config, config.micro_batch, batch)
     say = print if config.main_rank else _quiet
     if config.resume:
-        return _kept(config, batch, say)
+        return _kept(config, say)
     measured_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
@@ -137,10 +138,11 @@ def plan_run(config, make_task, task_args):
     if failed or 0 in chosen:  # every rank ends, in one line, rather than wait for the one that failed
         raise TrainingError(failed or f"--micro-batch auto: rank {chosen.index(0)} found no micro-batch: see its error")
     size = min(chosen)  # all ranks take the smallest any chose: none passes its budget, all agree on N
-    ranks = f" ({batch} on each of {config.ranks} ranks)" if config.distributed else ""
+    ranks = f" (up to {batch} on each of {config.ranks} ranks)" if config.distributed else ""
     say(f"micro-batch measured for a batch of {config.batch_size} per update{ranks}:\n{plan.table()}"
         + (f"\nall ranks take micro-batch {size}, the smallest any chose" if size != plan.micro_batch else ""))
-    return planned(config, size, batch, {**plan.record(), "micro_batch": size, "accumulate_step": -(-batch // size)})
+    return planned(config, size, config.batch_size,
+                   {**plan.record(), "micro_batch": size, "accumulate_step": -(-config.batch_size // size)})
 
 
 def _budget(config):
@@ -153,28 +155,28 @@ def _budget(config):
 
 
 def _given(config, size, batch):
-    """``planned`` for ``--micro-batch M``, refused in one line when M does not make one rank's windows."""
+    """``planned`` for ``--micro-batch M``, refused in one line when M does not make every rank's windows whole and
+    the run needs them so. M may exceed a rank's share of the batch (as it does when a run moves to more ranks)."""
     ranks = f" on each of {config.ranks} ranks" if config.distributed else ""
-    if size > batch:
-        raise TrainingError(f"--micro-batch {size} is more than the batch per update of {batch}{ranks}")
-    _refuse_uneven(config, size, batch, f"--micro-batch {size} does not divide the batch per update of {batch}{ranks}: "
-                                        "pass one that does")
-    return planned(config, size, batch)
+    _refuse_uneven(config, size, f"--micro-batch {size} does not divide the batch per update of {batch}{ranks}: "
+                                  "pass one that does")
+    return planned(config, size, config.batch_size)
 
 
-def _refuse_uneven(config, size, batch, why):
-    """A ``TrainingError`` in one line when ``size`` makes uneven windows of ``batch`` and the run needs whole ones."""
-    if batch % size and config.whole_window_reason:
+def _refuse_uneven(config, size, why):
+    """A ``TrainingError`` in one line when ``size`` leaves some rank's windows uneven and the run needs whole ones."""
+    if config.whole_window_reason and config.batch_size % (size * config.ranks):  # not whole_on_every_rank
         raise TrainingError(in_flags(f"{config.whole_window_reason}; {why}", ("driver", "scale_rule")))
 
 
 def planned(config, size, batch, plan=None):
-    """``config`` as the run trains it: windows of ``batch`` per rank, in micro-batches of ``size``; and ``plan``.
+    """``config`` as the run trains it: windows of ``batch`` (all ranks'), micro-batches of ``size``; and ``plan``.
 
     N is ``ceil(batch / size)``; where ``size`` does not divide ``batch``
     the last micro-batch is smaller (``last_micro_batch``), so every window
-    still holds ``batch``. The measurements build their run from it too, so they
-    hold the driver and window the run will.
+    still holds ``batch``: a single process's window, which the ranks share
+    (``training.ranks``). The measurements build their run from it too (one
+    rank's part), so they hold the driver and window the run will.
 
     Example:
         >>> from training.config import TrainConfig
@@ -190,8 +192,9 @@ def planned(config, size, batch, plan=None):
                                memory_plan=plan, last_micro_batch=None if last == size else last)
 
 
-def _kept(config, batch, say):
+def _kept(config, say):
     """The newest readable checkpoint's micro-batch and N, checked against the batch per update asked for now."""
+    batch = config.batch_size
     for path in find_checkpoints(config.ckpt_dir):
         try:
             saved = ms.load_checkpoint(path, choice_func=lambda name: name in ("config", "memory_plan"))
@@ -203,9 +206,9 @@ def _kept(config, batch, say):
             TrainConfig(batch_size=size, accumulate_step=steps, last_micro_batch=last).window_description()
         if steps in ADAPTIVE or size * (steps - 1) + (last or size) != batch:  # the batch per update, uneven or not
             raise TrainingError(f"cannot resume with --batch-size {config.batch_size} --micro-batch auto: {path} "
-                                f"was trained with {window} per rank")
-        _refuse_uneven(config, size, batch, f"{path} was trained with {window} per rank: resume without it")
-        say(f"micro-batch kept from {path}: {window} = {batch} per update{' per rank' * config.distributed}")
+                                f"was trained with {window} per update")
+        _refuse_uneven(config, size, f"{path} was trained with {window} per update: resume without it")
+        say(f"micro-batch kept from {path}: {window} = {batch} per update")
         return planned(config, size, batch, json.loads(saved["memory_plan"]) if "memory_plan" in saved else None)
     raise TrainingError(f"cannot resume: no readable checkpoint in --ckpt-dir {config.ckpt_dir}")
 

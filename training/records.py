@@ -3,8 +3,8 @@
 A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
 "samples", "seconds", "test_accuracy", "test_loss", "eval_seconds",
 "samples_per_second", "counted" (what the loss is per: samples, or a
-language model's tokens), "updates" (so far)}``, and ``"noise_scale"``, ``"accumulate_step"`` (N
-at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
+language model's tokens), "updates" (so far), "ranks" (that trained the epoch)}``, and
+``"noise_scale"``, ``"accumulate_step"`` (N at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
 gradient noise scale; ``"probes"`` with ``--accumulate-step auto`` (``training.probe``); with ``--ema`` the test
 results are the weights' moving average's, and ``"trained_test_accuracy"``, ``"trained_test_loss"`` the trained
 weights' (docs/ema.md#in-the-tools).

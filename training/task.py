@@ -52,7 +52,9 @@ class Task:
         train_windows: ``(batch_size, accumulate_step, *, shuffle, seed,
             drop_remainder, num_shards, shard_id)`` -> one epoch as windows,
             each a list of up to ``accumulate_step`` ``(inputs, labels)``
-            Tensor pairs (``num_shards`` None: no sharding). An uneven run
+            Tensor pairs (``num_shards`` None: no sharding; else the windows
+            are the run's and shard ``shard_id`` gets its part of each,
+            ``data.windows.window_slices``, maybe none). An uneven run
             (``TrainConfig.last_micro_batch``) also passes
             ``last_micro_batch``, the size of each whole window's last
             micro-batch (``data.windows.window_slices``). A window may
@@ -108,9 +110,9 @@ def toy_task(samples=8):
     """A task with no files: ``samples`` seeded random points in 4-D, labelled by the sign of the first.
 
     The same points serve as test split. For examples and quick checks of the
-    loop: it shuffles by ``seed``, deals shards in turn (without MNIST's
-    padding), drops a short last batch on request, cuts uneven windows
-    when given ``last_micro_batch``, and trains ``nn.Dense(4, 2)``.
+    loop: it shuffles by ``seed``, shards each window by position, drops a
+    short last batch on request, cuts uneven windows when given
+    ``last_micro_batch``, and trains ``nn.Dense(4, 2)``.
 
     Example:
         >>> task = toy_task()
@@ -132,12 +134,11 @@ def toy_task(samples=8):
     def train_windows(batch_size, accumulate_step, *, shuffle, seed, drop_remainder, num_shards, shard_id,
                       last_micro_batch=None):
         order = np.random.default_rng(seed).permutation(samples) if shuffle else np.arange(samples)
-        if num_shards is not None:
-            order = order[shard_id::num_shards]
         if drop_remainder:
             order = order[:len(order) - len(order) % batch_size]
         return [[batch(order[start:stop]) for start, stop in window]
-                for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder)]
+                for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder,
+                                            num_shards, shard_id)]
 
     def test_batches(batch_size):
         return [batch(np.arange(start, min(start + batch_size, samples))) for start in range(0, samples, batch_size)]

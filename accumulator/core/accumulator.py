@@ -412,6 +412,8 @@ class Accumulator:
         ``nonempty``: None for a full window, else a bool Tensor (False: nothing in it). Returns ``(grads, factor,
         applied)``: the reduced sums, what the update multiplies them by (None: nothing) and whether it runs."""
         grads, total, tensors = _reduced(self.buffers, self.weight_total, self.hooks["close_window"], self.grad_reducer)
+        if nonempty is not None and self.grad_reducer is not None:
+            nonempty = total > 0  # any rank's: one with nothing applies the others' window (docs/devices.md)
         factor = 1.0 / total if self.reduction == "mean" else None
         unscale = ONE_FLOAT
         for policy in self.hooks["unscale"]:
