@@ -33,7 +33,7 @@ setup(
         # eager Tensor ops fail with "numpy.core.multiarray failed to import".
         "numpy>=1.20,<2",
     ],
-    # A literal: tests/test_docs.py reads the extras' names from it.
+    # A literal: tests/docs/test_docs.py reads the extras' names from it.
     extras_require={
         # The command-line tools in scripts/, run from the checkout: the datasets' download and the progress bar.
         "tools": ["download>=0.3.5", "tqdm"],

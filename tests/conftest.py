@@ -9,7 +9,7 @@ import mindspore as ms
 import pytest
 
 from accumulator._internal.runtime import block_on_cpu
-from helpers import MsrunLaunch
+from tests.msrun import MsrunLaunch, prepare
 
 # The library sets the CPU's blocking launch at its first Accumulator; a test's eager operation before that
 # would keep the asynchronous launch for the whole process, so the suite sets it first
@@ -89,7 +89,7 @@ def train_mnist_run():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "msrun(scenario): the test reads SCENARIO's outputs from the session's one "
-                                       "msrun launch of tests/msrun_worker.py (fixture msrun_folder)")
+                                       "msrun launch of tests/msrun.py (fixture msrun_folder)")
 
 
 def pytest_collection_modifyitems(items):
@@ -115,8 +115,7 @@ def msrun_launch(request, tmp_path_factory):
     launch = MsrunLaunch((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun")
     if launch.claim():
         try:
-            import msrun_worker  # imports the tools
-            msrun_worker.prepare(launch.root, names)
+            prepare(launch.root, names)
             launch.start([request.getfixturevalue("synthetic_mnist_dir"), *names])
         except BaseException as error:
             launch.end(f"not started: {error!r}")
