@@ -291,3 +291,33 @@ def assert_ops_split_exceeds_the_call_depth(sizes):
 
     with pytest.raises(RuntimeError, match="Exceed function call depth limit"):
         split_in_a_graph(Tensor(np.zeros(sum(sizes), np.float32)))
+
+
+def scaled_grad_fn(net, optimizer, scaler):
+    """Gradients of the loss scaled by ``scaler``, as mixed-precision training computes them."""
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+    def forward(data, label):
+        return scaler.scale(loss_fn(net(data), label))
+
+    return ms.value_and_grad(forward, None, optimizer.parameters)
+
+
+def scale_setup(accumulate_step, **accumulator_args):
+    """A ``Scale`` net under SGD at learning rate 1 and an Accumulator: ``(net, accumulator, grad_fn)``; w moves by -g."""
+    net = Scale()
+    optimizer = nn.SGD(net.trainable_params(), 1.0)
+    accumulator = Accumulator(optimizer, accumulate_step, **accumulator_args)
+    grad_fn = ms.value_and_grad(net, None, optimizer.parameters)
+    return net, accumulator, grad_fn
+
+
+def per_micro_step(accumulator, grad_fn, with_count=False):
+    """The jitted micro-step ``(x[, count]) -> updated`` of a ``scale_setup`` run."""
+    def step(x):
+        return accumulator(grad_fn(x)[1])
+
+    def step_with_count(x, count):
+        return accumulator(grad_fn(x)[1], count)
+
+    return ms.jit(step_with_count if with_count else step)

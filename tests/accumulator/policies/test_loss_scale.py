@@ -1,8 +1,13 @@
 """LossScaling alone: its unscale, its gate, and the scaler adjusted once per non-empty window."""
+import numpy as np
 import pytest
+import mindspore as ms
 from mindspore import Tensor, amp
 
+from accumulator import Accumulator
 from accumulator.policies import LossScaling
+from tests.accumulator.helpers import (accumulated_step, assert_states_close, make_data, make_net, make_optimizer,
+                                       optimizer_state, reference_state, scaled_grad_fn, split)
 
 
 def test_unscale_is_the_inverse_of_the_scale():
@@ -31,3 +36,40 @@ def test_the_scaler_adjusts_from_the_window_and_not_at_all_when_it_is_empty(fini
 def test_what_is_not_a_loss_scaler_is_refused():
     with pytest.raises(TypeError, match="loss_scaler must be a mindspore.amp.LossScaler, got float"):
         LossScaling(2.0)
+
+
+def test_dynamic_loss_scale_moves_once_per_window_and_unscales_exactly():
+    x, y = make_data(40)
+    x_bad = x.copy()
+    x_bad[17, 2] = np.nan      # window 2 of 5 (micro-batches of 4, N=2)
+    windows = [(x[i * 8:(i + 1) * 8], y[i * 8:(i + 1) * 8]) for i in range(5)]
+
+    expected = reference_state("momentum", [windows[index] for index in (0, 1, 3, 4)])
+
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params())
+    scaler = ms.amp.DynamicLossScaler(scale_value=2.0 ** 10, scale_factor=2, scale_window=2)
+    accumulator = Accumulator(optimizer, 2, loss_scaler=scaler)
+    step = accumulated_step(accumulator, scaled_grad_fn(net, optimizer, scaler))
+    scales = []
+    for data, label in split(x_bad, y, [4] * 10):
+        step(data, label)
+        scales.append(float(scaler.scale_value.asnumpy()))
+    # Finite windows count up to scale_window=2 then double; the overflowed
+    # window halves; nothing moves mid-window.
+    assert scales == [1024, 1024, 1024, 2048, 2048, 1024, 1024, 1024, 1024, 2048]
+    assert int(accumulator.skipped_windows) == 1
+    assert_states_close(optimizer_state(optimizer), expected)
+
+
+def test_static_loss_scale_is_unscaled_once_per_window():
+    x, y = make_data(16)
+    expected = reference_state("adam", [(x, y)])
+
+    net = make_net()
+    optimizer = make_optimizer("adam", net.trainable_params())
+    scaler = ms.amp.StaticLossScaler(scale_value=2.0 ** 12)
+    step = accumulated_step(Accumulator(optimizer, 4, loss_scaler=scaler), scaled_grad_fn(net, optimizer, scaler))
+    for data, label in split(x, y, [4] * 4):
+        step(data, label)
+    assert_states_close(optimizer_state(optimizer), expected)
