@@ -1,4 +1,4 @@
-"""The language-model scenario of the suite's msrun launch (tests/msrun.py), read by test_language_model.py.
+"""The language-model scenario of the suite's msrun launch (tests/msrun.py), read by test_lm_msrun.py.
 
 Each rank runs one window step over its own two micro-batches of padded
 sequences with their token counts; WindowAllReduce sums the gradients and
@@ -13,17 +13,11 @@ from mindspore import Tensor, nn
 from mindspore.communication import get_rank
 
 from accumulator import Accumulator, WindowAllReduce, make_window_step
-from data.tokens import random_sequences, window_batches
-from models.transformer import CausalLM, TokenLoss
+from data.tokens import window_batches
+from models.transformer import TokenLoss
+from tests.models.lm_helpers import MICRO_BATCH, SEQUENCES, make_lm
 
-SEQUENCES = random_sequences(16, 100, min_length=5, max_length=40, seed=0)
-MICRO_BATCH, STEPS_PER_RANK, RANKS = 4, 2, 2
-
-
-def make_lm():
-    """The small model both the ranks and the test's single process start from."""
-    ms.set_seed(0)
-    return CausalLM(100, width=32, depth=1, heads=2, max_length=48)
+STEPS_PER_RANK, RANKS = 2, 2
 
 
 def rank_sequences(rank):

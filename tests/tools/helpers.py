@@ -1,8 +1,15 @@
-"""What only the tools' tests need: a loopback web server for the downloads."""
+"""What only the tools' tests need: a loopback web server for the downloads, the MNIST tool's one-line refusals."""
 import contextlib
 import functools
 import http.server
 import threading
+
+import pytest
+
+from scripts import train_mnist  # scripts/ has no __init__.py: a namespace package on pytest's path
+
+# Port 9 (discard) on loopback: nothing listens, so the connection is refused at once.
+UNREACHABLE_URL = "http://127.0.0.1:9/MNIST_Data.zip"
 
 
 @contextlib.contextmanager
@@ -18,3 +25,10 @@ def serving(folder):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def refused(capsys, message, *argv):
+    """``main(argv)`` ended with status 1 and ``error: <message>`` as its only output: nothing was trained."""
+    with pytest.raises(SystemExit) as caught:
+        train_mnist.main(list(argv))
+    assert (caught.value.code, *capsys.readouterr()) == (1, "", f"error: {message}\n")
