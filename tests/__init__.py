@@ -2,7 +2,7 @@
 other folders the tools' (training, data, models, benchmarks, tools: the scripts end to end) and the docs'.
 
 A package, so that same-named files in different folders import by their dotted names (tests.training.test_mnist,
-tests.models.test_mnist) and a msrun rank imports its scenario by name too.
+tests.models.test_mnist) and a msrun rank imports its case by name too.
 """
 import os
 

@@ -4,6 +4,7 @@ It imports MindSpore, numpy, pytest and ``accumulator``, never a tool
 (tests/test_wheel.py checks it); tests/tools/helpers.py holds what only the tools' tests need.
 """
 import contextlib
+import functools
 
 import numpy as np
 import pytest
@@ -321,3 +322,13 @@ def per_micro_step(accumulator, grad_fn, with_count=False):
         return accumulator(grad_fn(x)[1], count)
 
     return ms.jit(step_with_count if with_count else step)
+
+
+def in_data_parallel_graph(case):
+    """An msrun case (tests/msrun.py) run in GRAPH_MODE with data parallel's gradient mean, as users' msrun scripts are."""
+    @functools.wraps(case)
+    def run(folder):
+        ms.set_context(mode=ms.GRAPH_MODE)
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+        return case(folder)
+    return run

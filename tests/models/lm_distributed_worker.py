@@ -1,4 +1,4 @@
-"""The language-model scenario of the suite's msrun launch (tests/msrun.py), read by test_lm_msrun.py.
+"""The language-model case of the suite's msrun launch (tests/msrun.py), read by test_lm_msrun.py.
 
 Each rank runs one window step over its own two micro-batches of padded
 sequences with their token counts; WindowAllReduce sums the gradients and
@@ -15,6 +15,7 @@ from mindspore.communication import get_rank
 from accumulator import Accumulator, WindowAllReduce, make_window_step
 from data.tokens import window_batches
 from models.transformer import TokenLoss
+from tests.accumulator.helpers import in_data_parallel_graph
 from tests.models.lm_helpers import MICRO_BATCH, SEQUENCES, make_lm
 
 STEPS_PER_RANK, RANKS = 2, 2
@@ -26,6 +27,7 @@ def rank_sequences(rank):
             for s in SEQUENCES[start:start + MICRO_BATCH]]
 
 
+@in_data_parallel_graph
 def main(folder):
     """Each rank's token count, update count and weights in ``folder/rank_<rank>.npz``."""
     rank = get_rank()

@@ -1,4 +1,4 @@
-"""The train_lm scenario of the suite's msrun launch (tests/msrun.py), read by test_train_lm.py.
+"""The train_lm case of the suite's msrun launch (tests/msrun.py), read by test_train_lm.py.
 
 scripts/train_lm.py on two ranks (batch 4 each), once per packing, one run after the other in the same ranks,
 on the small synthetic text the tests use (3,000 bytes), which ``prepare`` writes before the launch.
@@ -12,7 +12,7 @@ from scripts import train_lm
 # Each packing and the updates its one epoch makes.
 PACKINGS = {"--no-packing": 4, "--packing": 3, "--pack-within-windows": 3}
 WIDTH = 32
-TEXT = "text"  # the scenario folder's data dir
+TEXT = "text"  # the case folder's data dir
 
 
 def two_rank_flags(data_dir, packing):

@@ -15,7 +15,7 @@ import pytest
 @pytest.mark.msrun("train_mnist")
 def test_distributed_ranks_train_like_one_process_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
                                                                      train_mnist_run):
-    # The ranks ran the tool with msrun_worker.TRAIN_MNIST_FLAGS: --batch-size 16 --accumulate-step 2, --lr 0.1.
+    # The ranks ran the tool with train_mnist_worker.train_mnist: --batch-size 16 --accumulate-step 2, --lr 0.1.
     # Rank r reads samples r, r+2, ...: a window of 2 x 16 per rank covers the
     # same 64 samples as one 64-batch, and the short last windows (4 + 4 and 8) too.
     rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))

@@ -91,7 +91,7 @@ def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(synthetic_m
 @pytest.mark.msrun("probe")
 def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
                                                                            tmp_path, train_mnist_run):
-    # The ranks ran the tool with msrun_worker.PROBE_FLAGS: --batch-size 4 --accumulate-step auto --probe-interval 32
+    # The ranks ran the tool as tests/tools/train_mnist_worker.probe does: --batch-size 4 --accumulate-step auto --probe-interval 32
     # --scale-rule linear --lr 0.05. Rank r reads samples r, r+2, ...: micro-batches of 2 x 4 are one process's of 8,
     # the probes' branches too.
     saved = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "ckpt"), 1))

@@ -1,4 +1,4 @@
-"""The data-parallel scenario of the suite's msrun launch (tests/msrun.py), read by test_all_reduce.py.
+"""The data-parallel case of the suite's msrun launch (tests/msrun.py), read by test_all_reduce.py.
 
 Each rank trains on its own interleaved shard, once with equal micro-batches
 ("mean") and once with micro-batches of different sizes per rank, which
@@ -13,7 +13,7 @@ from mindspore.communication import get_rank
 
 from accumulator import Accumulator
 from accumulator.devices.all_reduce import WindowAllReduce
-from tests.accumulator.helpers import grad_fn_for, make_data, make_net, make_optimizer
+from tests.accumulator.helpers import grad_fn_for, in_data_parallel_graph, make_data, make_net, make_optimizer
 
 ACCUMULATE_STEP = 2
 WINDOWS = 3
@@ -62,6 +62,7 @@ def train(weighting, folder):
     np.savez(os.path.join(folder, f"{weighting}_{rank}.npz"), allreduce_calls=reducer.calls.asnumpy(), **state)
 
 
+@in_data_parallel_graph
 def main(folder):
     """Both weightings, each rank's final state in ``folder/<weighting>_<rank>.npz``."""
     for weighting in ("mean", "count"):

@@ -1,4 +1,4 @@
-"""The whole-batch scenario of the suite's msrun launch (tests/msrun.py), read by test_whole_batch.py.
+"""The whole-batch case of the suite's msrun launch (tests/msrun.py), read by test_whole_batch.py.
 
 Each rank holds half of the pairs, in micro-batches of 2 and 4; the CLIP
 loss runs over both ranks' representations, gathered.

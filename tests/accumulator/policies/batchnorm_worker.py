@@ -1,4 +1,4 @@
-"""The BatchNorm scenario of the suite's msrun launch (tests/msrun.py), read by test_batchnorm.py.
+"""The BatchNorm case of the suite's msrun launch (tests/msrun.py), read by test_batchnorm.py.
 
 The ranks feed micro-batches of different sizes (5 and 3 samples) at mean
 300, std 0.5, taking turns along the data, and save their moving statistics.
@@ -14,6 +14,7 @@ from mindspore.communication import get_rank
 
 from accumulator import Accumulator, WindowAllReduce
 from accumulator.policies.batchnorm import convert_batchnorm
+from tests.accumulator.helpers import in_data_parallel_graph
 
 SIZES = (5, 3)
 ACCUMULATE_STEP = 2
@@ -35,6 +36,7 @@ def rank_micro_batches(batch, rank):
     return [batch[bounds[i]:bounds[i + 1]] for i in range(rank, len(bounds) - 1, len(SIZES))]
 
 
+@in_data_parallel_graph
 def main(folder):
     """Each rank's moving statistics and update count in ``folder/rank_<rank>.npz``."""
     rank = get_rank()
