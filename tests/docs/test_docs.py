@@ -1,16 +1,14 @@
-"""Every code block in README.md and docs/*.md does what it shows.
+"""Every code block in README.md and docs/*.md does what it shows, and every link leads somewhere.
 
-```python blocks of one page run in order, in one shared namespace, in an
-empty temporary folder, in this process (one MindSpore import for the
-suite; the global execution mode is put back after each page). Each block
-is compiled from a file that holds it at its own line numbers, so a
-traceback's line is the page's line, and ``ms.jit`` can read the source.
+```python blocks of one page run in order, in one shared namespace, in an empty temporary folder, in this process
+(one MindSpore import for the suite; the global execution mode is put back after each page). Sybil finds and runs
+them, each compiled at its own line of the page, so a traceback names the page's line and ``ms.jit`` reads its source
+(a maintained runner where this file held its own). What no library checks stays here: ```bash blocks are not run,
+but each ``scripts/X.py ...`` command must parse with that script's own parser and each ``pip install`` of the project
+must name extras setup.py defines; relative links must name a file that exists, and a heading of it for an anchor.
 
-Relative links must name a file that exists, and a heading of it when they
-carry an anchor. ```bash blocks are not run: each ``scripts/X.py ...`` command in them must
-parse with that script's own argument parser (no doc names a flag that does
-not exist), and each ``pip install`` of the project must name extras that
-setup.py defines.
+By hand: in ``# Title\n[ok](#title) [gone](missing.md)`` the second link is broken; ``python scripts/train_mnist.py
+--no-such-flag`` in a bash block fails naming the page's line.
 """
 import ast
 import importlib
@@ -23,31 +21,16 @@ from pathlib import Path
 
 import mindspore as ms
 import pytest
+from sybil import Sybil
+from sybil.parsers.markdown import CodeBlockParser, PythonCodeBlockParser
 
 from tests import REPO_ROOT
 
 ROOT = Path(REPO_ROOT)
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-FENCE = re.compile(r"^```(\S*)\s*$")
 SHELL = {"bash", "sh", "shell", "console"}
 SCRIPT = re.compile(r"^(?:.*/)?scripts/(\w+)\.py$")
 SHELL_OPERATORS = {"&&", "||", "|", ";", ">", ">>", "2>&1", "&"}
-
-
-def code_blocks(page):
-    """The page's fenced blocks as ``(language, first line number, lines)``, lines numbered from 1."""
-    blocks, language, start, lines = [], None, 0, []
-    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
-        fence = FENCE.match(line)
-        if language is None and fence:
-            language, start, lines = fence.group(1).lower(), number + 1, []
-        elif language is not None and line.rstrip() == "```":
-            blocks.append((language, start, lines))
-            language = None
-        elif language is not None:
-            lines.append(line)
-    assert language is None, f"{page.name}:{start - 1}: a code block is never closed"
-    return blocks
 
 
 def shell_commands(lines):
@@ -150,35 +133,37 @@ def page_context(tmp_path, monkeypatch):
 LONG_PAGES = {"memory-plan.md", "your-project.md"}
 
 
+def check_shell_example(example):
+    """Sybil's evaluator for a shell block: its commands checked, none run (its text starts a line below the fence)."""
+    check_shell_block(Path(example.path), example.line + example.parsed.line_offset + 1, example.parsed.splitlines())
+
+
+PAGE_PARSERS = Sybil([PythonCodeBlockParser()] + [CodeBlockParser(language, check_shell_example) for language in SHELL])
+
+
 @pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow) if page.name in LONG_PAGES else page
                                   for page in PAGES], ids=[page.name for page in PAGES])
 def test_page(page, page_context, monkeypatch):
-    """Runs the page's python blocks in order in one namespace; checks its shell blocks' commands."""
+    """Runs the page's python blocks in order in one namespace; checks its shell blocks' commands and its links."""
     assert not broken_links(page), f"{page.name}: links to nothing: {broken_links(page)}"
-    blocks = code_blocks(page)
-    python = [(start, lines) for language, start, lines in blocks if language == "python"]
-    # One file with every python block at its own line numbers: tracebacks name the page's lines.
-    source_file = page_context / f"{page.name}.py"
-    padded = [""] * (max([start + len(lines) for start, lines in python], default=0))
-    for start, lines in python:
-        padded[start - 1:start - 1 + len(lines)] = lines
-    source_file.write_text("\n".join(padded) + "\n", encoding="utf-8")
-    # A registered module: MindSpore's graph parser imports the namespace of a jitted function by name.
+    assert len(re.findall(r"^```", page.read_text(encoding="utf-8"), re.M)) % 2 == 0, f"{page.name}: a block is open"
+    document = PAGE_PARSERS.parse(page)
+    # A registered module: MindSpore's graph parser imports the namespace of a jitted function by name, and reads a
+    # class's source from its module's file, which Python parses whole: the page's python blocks at their own lines.
     module = types.ModuleType("docs_page_" + re.sub(r"\W", "_", page.stem))
-    module.__file__ = str(source_file)
+    module.__file__ = str(page_context / f"{page.name}.py")
+    Path(module.__file__).write_text(re.sub(r"^```python\n(.*?)^```$|[^\n]+", lambda m: "\n" + m.group(1) if m.group(1)
+                                            is not None else "", page.read_text(encoding="utf-8"), flags=re.M | re.S))
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    for start, lines in python:
-        code = compile("\n" * (start - 1) + "\n".join(lines) + "\n", str(source_file), "exec")
+    document.namespace = module.__dict__
+    for example in document.examples():
         try:
-            exec(code, module.__dict__)  # noqa: S102  (the page's own examples)
+            example.evaluate()
         except Exception as error:
             raised_at = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
-                         if frame.filename == str(source_file)]
-            pytest.fail(f"{page.name}:{raised_at[-1] if raised_at else start}: the python block starting at line "
-                        f"{start} raised {type(error).__name__}: {error}\n{traceback.format_exc()}", pytrace=False)
-    for language, start, lines in blocks:
-        if language in SHELL:
-            check_shell_block(page, start, lines)
+                         if frame.filename == str(page)]
+            pytest.fail(f"{page.name}:{raised_at[-1] if raised_at else example.line}: the block at line {example.line} "
+                        f"raised {type(error).__name__}: {error}\n{traceback.format_exc()}", pytrace=False)
 
 
 def test_the_checks_catch_a_bad_flag_an_unknown_extra_and_a_dead_link(tmp_path):
@@ -188,8 +173,9 @@ def test_the_checks_catch_a_bad_flag_an_unknown_extra_and_a_dead_link(tmp_path):
     lines = ["pip install -e '.[test]'  # fine", "python scripts/train_mnist.py \\", "    --no-such-flag"]
     assert list(shell_commands(lines)) == [(0, ["pip", "install", "-e", ".[test]"]),
                                            (1, ["python", "scripts/train_mnist.py", "--no-such-flag"])]
-    with pytest.raises(pytest.fail.Exception, match=r"page.md:8: scripts/train_mnist.py does not accept"):
-        check_shell_block(page, 7, lines)
+    page.write_text("# Title\n\n```bash\n" + "\n".join(lines) + "\n```\n", encoding="utf-8")
+    with pytest.raises(pytest.fail.Exception, match=r"page.md:5: scripts/train_mnist.py does not accept"):
+        [example.evaluate() for example in PAGE_PARSERS.parse(page).examples()]  # through Sybil, as test_page
     with pytest.raises(AssertionError, match=r"no extra \['tests'\]"):
         check_shell_block(page, 7, ['pip install ".[tests]"'])
 
@@ -204,7 +190,7 @@ def code_links(source):
 
 @pytest.mark.parametrize("package", ["accumulator", "training", "data", "models", "benchmarks"])
 def test_every_section_code_links_to_exists(package):
-    broken = [f"{path.relative_to(ROOT)}: {page}#{anchor}" for path in sorted((ROOT / package).glob("*.py"))
+    broken = [f"{path.relative_to(ROOT)}: {page}#{anchor}" for path in sorted((ROOT / package).rglob("*.py"))
               for page, anchor in code_links(path.read_text(encoding="utf-8"))
               if not (ROOT / page).exists() or anchor not in heading_anchors(ROOT / page)]
     assert broken == []
