@@ -1,4 +1,8 @@
-"""MindSpore 2.10's optimizer families (nn, mint.optim, experimental.optim) through every entry point, equal to the large batch."""
+"""MindSpore 2.10's optimizer families (nn, mint.optim, experimental.optim) through every entry point, equal to the large batch.
+
+By hand: ``Accumulator(nn.Dense(3, 1))`` is refused naming both families it takes (``mindspore.nn.Optimizer`` or a
+``mindspore.experimental.optim`` one) and ``got Dense``.
+"""
 import functools
 import os
 

@@ -1,4 +1,9 @@
-"""The bucket layout: packing by dtype up to a cap, and an exact round trip through the graph."""
+"""The bucket layout: packing by dtype up to a cap, and an exact round trip through the graph.
+
+By hand: with a cap of 8 elements, parameters of 6 (float16), 3, 16, 2 (float16) and 5 elements pack as
+(0,), (1, 4), (2,), (3,): the 16 is over the cap and alone, 6 + 3 = 9 would pass it, so p1 opens a bucket p4 joins
+(8 elements); p3, summed in float16, has a bucket of its own.
+"""
 import warnings
 
 import numpy as np

@@ -3,6 +3,8 @@
 Run on every supported release (docs/mindspore-behaviours.md#versions): on 2.7 the check says no and the
 buckets slice; from 2.8 it says yes and they split in one SplitWithSize kernel. The sliced way is also
 forced and checked on the releases that do not need it, so it cannot break unseen.
+
+By hand: on 2.10 the check says yes, and buckets of (2, 3) and (4,) split in one SplitWithSize kernel.
 """
 import subprocess
 import sys

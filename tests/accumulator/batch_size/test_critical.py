@@ -1,6 +1,10 @@
 """The measured window (accumulator.batch_size.critical): the decision on hand-written losses, its bounds and growth, bad
 input, and the branches: a probe that keeps N leaves the run bit for bit as without it; one that grows N leaves it
-as a run that trained at the grown N."""
+as a run that trained at the grown N.
+
+By hand: from a loss of 2.0, window 1 reached 1.0; with a tolerance of 5% of that progress (0.05), window 2's
+1.05 keeps pace and window 4's 1.06 does not: N = 2.
+"""
 import numpy as np
 import pytest
 from mindspore import Tensor, nn

@@ -1,4 +1,8 @@
-"""Accumulation schedules: N changes between windows, and each window stays exact."""
+"""Accumulation schedules: N changes between windows, and each window stays exact.
+
+By hand: ``{0: 2, 1: 4}`` takes windows of 2 micro-batches for the first update, then of 4; each window's
+update equals one large-batch step on its samples. A schedule without an entry for update 0 is refused.
+"""
 import pytest
 import mindspore as ms
 from mindspore import Tensor, nn, ops

@@ -1,4 +1,8 @@
-"""Checkpoints resume a run exactly, even mid-window, and refuse what does not fit."""
+"""Checkpoints resume a run exactly, even mid-window, and refuse what does not fit.
+
+By hand: windows of 3, saved after micro-step 5 (two micro-batches held in the window), restored, and run to the
+end: every weight, moment and buffer equals the uninterrupted run's bit for bit.
+"""
 import os
 import subprocess
 import sys

@@ -1,4 +1,8 @@
-"""Accumulator.step(): the branch-free micro-step (accumulate) with the window applied from the host."""
+"""Accumulator.step(): the branch-free micro-step (accumulate) with the window applied from the host.
+
+By hand: micro-batches of 6, 4 and 4 samples with their counts in a window of 3: ``step()`` says False, False,
+True, and the state equals one SGD step on the 14 samples together.
+"""
 import os
 
 import numpy as np

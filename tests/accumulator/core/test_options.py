@@ -1,4 +1,8 @@
-"""The keywords mapped to policies: which, in what order, and the refusals."""
+"""The keywords mapped to policies: which, in what order, and the refusals.
+
+By hand: no keyword gives ``[SkipNonFiniteWindows]``; ``clip_norm=0`` is refused with ``clip_norm must be a
+positive number or None, got 0``.
+"""
 import re
 
 import pytest

@@ -1,4 +1,8 @@
-"""Two CPU workers under msrun equal one process training on their union."""
+"""Two CPU workers under msrun equal one process training on their union.
+
+By hand: 3 windows of 2 micro-batches on each of 2 ranks (of 4 and 4 samples, or counted 5 and 3): one AllReduce
+per window (3 in all), both ranks' states identical and equal to one process stepping on the 16 samples of a window.
+"""
 import numpy as np
 import pytest
 

@@ -1,4 +1,8 @@
-"""Model.train with AccumulationTrainCell equals the hand-written jitted loop and, with token counts, the large batch."""
+"""Model.train with AccumulationTrainCell equals the hand-written jitted loop and, with token counts, the large batch.
+
+By hand: ``AccumulationTrainCell(loss, accumulator, counts=True)`` with an Accumulator of ``reduction='sum'`` is
+refused when the cell is made: counts divide a sum by the samples, which a summing Accumulator never does.
+"""
 import os
 
 import numpy as np

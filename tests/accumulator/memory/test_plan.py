@@ -1,4 +1,8 @@
-"""accumulator.memory.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors."""
+"""accumulator.memory.plan: the micro-batch chosen by measured memory, the fit that stops before the budget, the errors.
+
+By hand: a step needing 100 MiB + 10 MiB a sample under a budget of 400 MiB, 90% of it usable (360 MiB): 16 needs
+260 MiB and 32 needs 420, so a batch of 64 runs as 4 micro-batches of 16.
+"""
 import os
 import signal
 

@@ -1,4 +1,8 @@
-"""The policy protocol: the core calls the hooks a policy defines, and only those; a user's policy in a graph."""
+"""The policy protocol: the core calls the hooks a policy defines, and only those; a user's policy in a graph.
+
+By hand: a policy defining ``factor``, ``gate`` and ``close_window`` takes part in those three hooks only;
+``ClipNorm`` in ``factor`` alone.
+"""
 import numpy as np
 import pytest
 import mindspore as ms

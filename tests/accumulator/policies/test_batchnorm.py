@@ -7,6 +7,9 @@ equal the plain network's to the bit. The moving statistics equal one plain
 BatchNorm update on everything the layer saw during the window; for a layer
 fed by the data (or by layers without BatchNorm) that is the window's whole
 batch.
+
+By hand: a window of micro-batches of 5 and 3 samples moves each moving mean as one plain BatchNorm update on all 8:
+with momentum 0.9, ``0.9 * mean + 0.1 * (mean of the 8 samples)``.
 """
 import numpy as np
 import pytest

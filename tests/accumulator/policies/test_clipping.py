@@ -1,4 +1,8 @@
-"""ClipNorm alone: its factor from hand-written window summaries."""
+"""ClipNorm alone: its factor from hand-written window summaries.
+
+By hand: ClipNorm(1.0) on a window whose gradient norm is 4 scales it by 0.25; at norm 0.5 it leaves it (1.0).
+Through the Accumulator, clipping acts once, on the window's mean gradient, not on each micro-batch's.
+"""
 import numpy as np
 import pytest
 import mindspore as ms

@@ -1,4 +1,8 @@
-"""LossScaling alone: its unscale, its gate, and the scaler adjusted once per non-empty window."""
+"""LossScaling alone: its unscale, its gate, and the scaler adjusted once per non-empty window.
+
+By hand: StaticLossScaler(256) unscales by 1/256; DynamicLossScaler(1024, factor 2, window 2): an overflowed
+window halves the scale to 512, a second good window doubles it to 2048, an empty window leaves it as it was.
+"""
 import numpy as np
 import pytest
 import mindspore as ms

@@ -1,4 +1,8 @@
-"""SkipSpikes alone: its gate against a running mean set by hand, and the mean it keeps."""
+"""SkipSpikes alone: its gate against a running mean set by hand, and the mean it keeps.
+
+By hand: SkipSpikes(2.0) with a running mean norm of 1: a window of norm 1.9 applies, one of 2.1 is skipped, and a
+NaN norm is left to the finiteness check; skipped windows stay out of the mean.
+"""
 import numpy as np
 import pytest
 import mindspore as ms
