@@ -3,6 +3,9 @@ README's first example and its own doctests.
 
 The library stands alone: its tests import none of the tools beside it, and the tools' data, models and
 shared helpers load without it.
+
+By hand: setup.py's ``python_requires=">=3.9,<3.13"`` says 3.9 to 3.12, and so must the tools' help and the
+README; the wheel holds ``accumulator/`` and its dist-info, nothing else.
 """
 import os
 import pathlib

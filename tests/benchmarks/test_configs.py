@@ -1,4 +1,8 @@
-"""benchmarks/configs.py: which configurations a run measures, and the checks of the command line's values."""
+"""benchmarks/configs.py: which configurations a run measures, and the checks of the command line's values.
+
+By hand: the mnist net in graph and pynative modes with plain_micro and window: plain_micro runs in both modes,
+window in graph alone, each with the blocking launch on and off.
+"""
 import argparse
 
 import pytest

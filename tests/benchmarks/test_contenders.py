@@ -1,4 +1,8 @@
-"""benchmarks/contenders.py: every registered row times real training."""
+"""benchmarks/contenders.py: every registered row times real training.
+
+By hand: the floors (apply_floor, micro_floor, two_graph_floor) run only with experiments; with them, every
+registered contender does.
+"""
 import numpy as np
 import pytest
 

@@ -1,4 +1,8 @@
-"""benchmarks/end_to_end.py: the training tool's epochs against its own step, and the script's --end-to-end."""
+"""benchmarks/end_to_end.py: the training tool's epochs against its own step, and the script's --end-to-end.
+
+By hand: the MNIST tool's epochs of 0.2, 0.3, 0.25 s against its fastest driver's 0.2 s each: the tool's median
+runs at 0.8 of that ceiling, its best at 1.0; a step that failed keeps its error.
+"""
 import io
 import os
 import subprocess

@@ -1,4 +1,7 @@
-"""benchmarks/nets.py: the nets of many tensors the speed targets are measured on."""
+"""benchmarks/nets.py: the nets of many tensors the speed targets are measured on.
+
+By hand: ``mnist`` holds 6 trainable tensors, ``deep48`` 48 and ``deep128`` 128.
+"""
 import mindspore as ms
 import numpy as np
 import pytest

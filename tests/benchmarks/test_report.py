@@ -1,4 +1,8 @@
-"""benchmarks/report.py: repeats merged, each contender at its best setting, the table and the load note."""
+"""benchmarks/report.py: repeats merged, each contender at its best setting, the table and the load note.
+
+By hand: runs that recorded a load of 1.6 on 2 cores add ``load 1.6 on 2 cores (max 1.6)`` to the table; runs
+that recorded none add nothing.
+"""
 import pytest
 
 from benchmarks.report import best_rows, format_table, note_load, summarize

@@ -1,6 +1,8 @@
 """benchmarks/runner.py: each configuration in its own `python -m benchmarks.worker`.
 
 That memory rows run once and a failed worker is a logged error row: ``run_configs``'s doctest.
+
+By hand: a worker given 0.01 s is a row whose error is ``timed out after 0.01 s (--timeout)``, not a crash.
 """
 import os
 

@@ -1,4 +1,8 @@
-"""benchmarks/tutorial.py: the tutorial's baseline applies SGD to the window's summed gradients."""
+"""benchmarks/tutorial.py: the tutorial's baseline applies SGD to the window's summed gradients.
+
+By hand: with N = 2, the first call leaves the weights as they were; the second applies one SGD step on the sum of
+the two gradients.
+"""
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, nn

@@ -1,4 +1,8 @@
-"""data.packing: first-fit rows that hold every sample once, in order, within the row length; packed rows' layout."""
+"""data.packing: first-fit rows that hold every sample once, in order, within the row length; packed rows' layout.
+
+By hand: first fit of sizes 30, 40, 20 into rows of 64: rows [30, 20] and [40]; a size of 0 or of 65 is refused,
+naming its index.
+"""
 import numpy as np
 import pytest
 

@@ -1,4 +1,8 @@
-"""Padded token batches: shifted inputs/targets, bounded shapes, token counts, windows of one length."""
+"""Padded token batches: shifted inputs/targets, bounded shapes, token counts, windows of one length.
+
+By hand: sequence [5, 6, 7] padded to a multiple of 8 gives inputs [5, 6, 0, ...] and targets [6, 7, 0, ...]: 2
+tokens counted; a sequence of one token has no target and is refused.
+"""
 import numpy as np
 import pytest
 

@@ -1,4 +1,8 @@
-"""The MNIST dense net and its loss; accumulation on it equals the large batch."""
+"""The MNIST dense net and its loss; accumulation on it equals the large batch.
+
+By hand: the dense net maps a batch of 784-pixel images to 10 logits; ``hidden=0`` is refused with ``hidden must be
+a positive int, got 0``.
+"""
 import numpy as np
 import pytest
 import mindspore as ms

@@ -1,4 +1,8 @@
-"""scripts/benchmark.py as a user runs it: bad values stop it before any worker, a tiny run end to end."""
+"""scripts/benchmark.py as a user runs it: bad values stop it before any worker, a tiny run end to end.
+
+By hand: a bad value exits 2 naming the flag and the values it takes, before any worker starts (no progress line,
+no table).
+"""
 import json
 import os
 import subprocess

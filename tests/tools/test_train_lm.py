@@ -2,6 +2,9 @@
 
 What the run computes is tested in tests/training/test_lm.py; the machinery shared with the MNIST tool
 (checkpoints, interrupts, outputs) in tests/training/.
+
+By hand: ``--width 30`` with 4 heads exits 2 with ``--width 30 must be a multiple of --heads 4``; a run stopped
+after epoch 1 and resumed ends bit for bit as the uninterrupted one.
 """
 import json
 import os

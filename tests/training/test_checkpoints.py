@@ -1,4 +1,8 @@
-"""training.checkpoints: per-epoch saves, exact resume, and the faults that must not lose a run."""
+"""training.checkpoints: per-epoch saves, exact resume, and the faults that must not lose a run.
+
+By hand: a folder holding epochs 2, 10 and 1 and a temporary ``epoch_7.ckpt.tmp`` left by a crash: the checkpoints
+are epoch_010, epoch_002, epoch_001, newest first; the temporary is none.
+"""
 import json
 import os
 import random

@@ -1,4 +1,8 @@
-"""training.config: every setting checked once, by name; derived values without mutation."""
+"""training.config: every setting checked once, by name; derived values without mutation.
+
+By hand: ``TrainConfig(batch_size=0)`` is refused naming batch_size and 0; ``scale_rule='adascale'`` tracks the
+gradient noise it reads, ``'linear'`` does not.
+"""
 import dataclasses
 import re
 

@@ -1,4 +1,8 @@
-"""MindSpore's global settings for runs and for this suite: what MindSpore writes lands outside the checkout."""
+"""MindSpore's global settings for runs and for this suite: what MindSpore writes lands outside the checkout.
+
+By hand: the suite's working directory lies outside the checkout, and a graph that fails to compile writes its
+report (rank_0/om/analyze_fail.ir) under MS_OM_PATH, not into the working directory.
+"""
 import os
 
 import mindspore as ms

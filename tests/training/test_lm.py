@@ -1,5 +1,9 @@
 """training.lm: token-weighted windows equal the large batch, the naive mean does not; one shape per epoch; packed
-epochs (seeded, dealt to ranks in equal rows, accepted by check_equivalence); sampling."""
+epochs (seeded, dealt to ranks in equal rows, accepted by check_equivalence); sampling.
+
+By hand: four micro-batches of eight sequences weighted by their token counts update as one batch of 32; the mean
+of their four mean losses does not.
+"""
 import functools
 import itertools
 import os

@@ -1,4 +1,9 @@
-"""training.loop: accumulated micro-batches train exactly like one large batch, in every way of running."""
+"""training.loop: accumulated micro-batches train exactly like one large batch, in every way of running.
+
+By hand: 10 training samples in batches of 16 with --drop-last leave nothing to train, and the run says so in
+one line before anything is built; 200 samples in windows of 4 x 32 ((32, 32, 32, 32 | 32, 32, 8)) train as
+batches of 128 ((128 | 72)), the second window weighted by its samples, not by its micro-batches.
+"""
 import re
 from dataclasses import replace
 

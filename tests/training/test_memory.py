@@ -1,4 +1,8 @@
-"""training.memory and the tools' --micro-batch auto: the flags, the plan, windows equal to the batch, resume."""
+"""training.memory and the tools' --micro-batch auto: the flags, the plan, windows equal to the batch, resume.
+
+By hand: ``--micro-batch auto`` with ``--accumulate-step 4`` is one line: the plan chooses N; a batch of 8 planned
+as 4 x 2 trains as one process's batch of 8.
+"""
 import json
 
 import mindspore as ms

@@ -1,4 +1,8 @@
-"""training.mnist: MNIST as a task, and the folder it is read from (found, downloaded or written)."""
+"""training.mnist: MNIST as a task, and the folder it is read from (found, downloaded or written).
+
+By hand: an empty folder is refused (``file is missing``) before any training; synthetic data is written once and
+read again the next time.
+"""
 import contextlib
 import os
 

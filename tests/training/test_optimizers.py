@@ -1,4 +1,8 @@
-"""training/optimizers.py: the optimizers a run asks for by name, and their schedules."""
+"""training/optimizers.py: the optimizers a run asks for by name, and their schedules.
+
+By hand: on this CPU ``make_optimizer('adamw', ...)`` is ``experimental.optim.AdamW`` (mint's has no CPU
+kernel); on GPU and Ascend it is ``mint.optim.AdamW``.
+"""
 import numpy as np
 from mindspore import mint, nn
 from mindspore.experimental import optim

@@ -1,5 +1,9 @@
 """training.probe: ``--accumulate-step auto`` in the tools. A probe that keeps N trains the epoch exactly as N = 1
-does, its branch's work kept; probes are logged and drawn; a run interrupted mid-probe resumes to the same end."""
+does, its branch's work kept; probes are logged and drawn; a run interrupted mid-probe resumes to the same end.
+
+By hand: a probe reads at most PROBE_HELD_OUT test samples: asked for 1000 it reads PROBE_HELD_OUT, asked for 8
+it reads 8.
+"""
 import dataclasses
 import json
 

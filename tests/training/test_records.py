@@ -1,4 +1,8 @@
-"""training.records: the summary, the JSON log and the plot a run leaves behind."""
+"""training.records: the summary, the JSON log and the plot a run leaves behind.
+
+By hand: batch 16 x 4 micro-steps is an effective batch of 64; 1200 samples in 3.0 s are 400 samples a second; the
+best epoch is the one of the highest accuracy (0.85), the final one's is 0.8.
+"""
 import json
 import os
 

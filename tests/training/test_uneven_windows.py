@@ -1,4 +1,8 @@
-"""Uneven windows (``TrainConfig.last_micro_batch``): each window ends in a smaller micro-batch, still the large batch."""
+"""Uneven windows (``TrainConfig.last_micro_batch``): each window ends in a smaller micro-batch, still the large batch.
+
+By hand: a batch of 20 as micro-batches of 8, 8 and 4 (``last_micro_batch=4``) updates as a batch of 20; the
+window driver, which stacks one shape, refuses it in one line.
+"""
 import mindspore as ms
 import numpy as np
 import pytest
