@@ -305,7 +305,10 @@ def scaled_grad_fn(net, optimizer, scaler):
 
 
 def scale_setup(accumulate_step, **accumulator_args):
-    """A ``Scale`` net under SGD at learning rate 1 and an Accumulator: ``(net, accumulator, grad_fn)``; w moves by -g."""
+    """A ``Scale`` net under SGD at learning rate 1 and an Accumulator: ``(net, accumulator, grad_fn)``.
+
+    The weight moves by minus the window's gradient.
+    """
     net = Scale()
     optimizer = nn.SGD(net.trainable_params(), 1.0)
     accumulator = Accumulator(optimizer, accumulate_step, **accumulator_args)
@@ -325,7 +328,7 @@ def per_micro_step(accumulator, grad_fn, with_count=False):
 
 
 def in_data_parallel_graph(case):
-    """An msrun case (tests/msrun.py) run in GRAPH_MODE with data parallel's gradient mean, as users' msrun scripts are."""
+    """An msrun case (tests/msrun.py) in GRAPH_MODE with data parallel's gradient mean, as users' msrun scripts."""
     @functools.wraps(case)
     def run(folder):
         ms.set_context(mode=ms.GRAPH_MODE)

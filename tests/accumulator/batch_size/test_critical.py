@@ -11,7 +11,8 @@ from mindspore import Tensor, nn
 
 from accumulator import Accumulator, training_state
 from accumulator.batch_size import CriticalBatchSchedule, ScaleRule
-from tests.accumulator.helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
+from tests.accumulator.helpers import (accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
+                                       optimizer_state, split)
 
 
 def bound_schedule(**settings):

@@ -9,8 +9,8 @@ from mindspore import Tensor, nn, ops
 
 from accumulator import Accumulator
 from accumulator.batch_size.schedule import SETTLE_WINDOWS, NoiseScaleSchedule, as_schedule
-from tests.accumulator.helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, reference_state, split, sweep)
+from tests.accumulator.helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
+                                       make_optimizer, optimizer_state, reference_state, split, sweep)
 
 
 def warmup_schedule(update_count):

@@ -12,9 +12,9 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 
 from accumulator import Accumulator, make_window_step
-from tests.accumulator.helpers import (accumulated_step, assert_states_close, DoublingReducer, grad_fn_for, large_batch_step,
-                     make_data, make_net, make_optimizer, optimizer_state, OPTIMIZERS,
-                     reference_state, split, sweep)
+from tests.accumulator.helpers import (accumulated_step, assert_states_close, DoublingReducer, grad_fn_for,
+                                       large_batch_step, make_data, make_net, make_optimizer, optimizer_state,
+                                       OPTIMIZERS, reference_state, split, sweep)
 
 
 class OneWeight(nn.Cell):

@@ -11,8 +11,8 @@ from mindspore import Tensor
 
 from accumulator import Accumulator
 from accumulator.core.checkpoints import load_checkpoint, save_checkpoint
-from tests.accumulator.helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, reference_state, split)
+from tests.accumulator.helpers import (accumulated_step, assert_states_close, grad_fn_for, make_data, make_net,
+                                       make_optimizer, optimizer_state, reference_state, split)
 
 
 def accumulating(accumulator, grad_fn, with_count=False):

@@ -11,8 +11,8 @@ from mindspore import nn
 from accumulator import Accumulator, convert_batchnorm
 from accumulator.core.selfcheck import RTOL, check_equivalence
 from accumulator.core.checkpoints import training_state
-from tests.accumulator.helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
-                     PAD, one_batch, split, token_windows)
+from tests.accumulator.helpers import (SummedTokenLoss, TokenNet, accumulated_step, grad_fn_for, make_data, make_net,
+                                       make_optimizer, PAD, one_batch, split, token_windows)
 
 # One buffer per parameter, plus a few scalar counters (5 of 4 bytes today): the bound on the rest.
 MAX_COUNTER_BYTES = 100

@@ -14,8 +14,8 @@ from mindspore.train import Callback, CheckpointConfig, Model, ModelCheckpoint
 
 from accumulator import Accumulator, load_checkpoint
 from accumulator.drivers.model import AccumulationTrainCell, FlushAtEpochEnd
-from tests.accumulator.helpers import (SummedTokenLoss, TokenNet, assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, split, token_large_batch_state, token_windows)
+from tests.accumulator.helpers import (SummedTokenLoss, TokenNet, assert_states_close, grad_fn_for, make_data, make_net,
+                                       make_optimizer, optimizer_state, split, token_large_batch_state, token_windows)
 
 EPOCHS = 2
 MICRO_BATCH = 4

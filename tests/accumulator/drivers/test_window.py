@@ -11,7 +11,8 @@ from mindspore import Parameter, Tensor, nn
 from accumulator import Accumulator
 from accumulator.batch_size import CriticalBatchSchedule
 from accumulator.drivers.window import make_window_step
-from tests.accumulator.helpers import assert_states_close, grad_fn_for, make_data, make_net, make_optimizer, optimizer_state, split
+from tests.accumulator.helpers import (assert_states_close, grad_fn_for, make_data, make_net, make_optimizer,
+                                       optimizer_state, split)
 
 
 def gradient_is_the_input(g):

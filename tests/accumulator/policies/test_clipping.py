@@ -10,7 +10,8 @@ from mindspore import Tensor
 
 from accumulator import Accumulator
 from accumulator.policies import ClipNorm
-from tests.accumulator.helpers import accumulated_step, grad_fn_for, make_data, make_net, make_optimizer, scaled_grad_fn, split
+from tests.accumulator.helpers import (accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
+                                       scaled_grad_fn, split)
 
 
 @pytest.mark.parametrize("norm, expected", [(4.0, 0.25), (1.0, 1.0), (0.5, 1.0), (0.0, 1.0)])

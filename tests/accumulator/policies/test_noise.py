@@ -11,8 +11,8 @@ from mindspore import Parameter, Tensor, nn
 from accumulator import Accumulator, load_checkpoint, make_window_step, save_checkpoint
 from accumulator.batch_size import NoiseScaleSchedule
 from accumulator.policies.noise import NOISE_DECAY
-from tests.accumulator.helpers import (DoublingReducer, accumulated_step, grad_fn_for, make_data, make_net, make_optimizer,
-                     optimizer_state, split, sweep)
+from tests.accumulator.helpers import (DoublingReducer, accumulated_step, grad_fn_for, make_data, make_net,
+                                       make_optimizer, optimizer_state, split, sweep)
 
 SHAPES = [(3, 4), (4,)]
 
