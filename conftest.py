@@ -6,7 +6,7 @@ compile (tests make some fail on purpose; ``MS_OM_PATH`` moves it, for the tests
 in a temporary folder, and each doctest in an empty one of its own, where its examples can write
 files by short relative names. Every test starts in the execution mode the session started in:
 training sets MindSpore's global mode, and a test left in GRAPH_MODE changed what later tests ran.
-The doctests that start probe children are marked slow: tests/test_plan.py's fast test takes that path.
+The doctests that start probe children are marked slow: tests/accumulator/memory/test_plan.py's fast test takes that path.
 """
 import os
 

@@ -33,13 +33,15 @@ setup(
         # eager Tensor ops fail with "numpy.core.multiarray failed to import".
         "numpy>=1.20,<2",
     ],
-    # A literal: tests/test_docs.py reads the extras' names from it.
+    # A literal: tests/docs/test_docs.py reads the extras' names from it.
     extras_require={
         # The command-line tools in scripts/, run from the checkout: the datasets' download and the progress bar.
         "tools": ["download>=0.3.5", "tqdm"],
         # Everything the whole suite imports: the tools (it runs them), plots (doctests too), and what the wheel
-        # test builds with; pytest-xdist runs the README's test command in two processes (-n 2).
-        "test": ["download>=0.3.5", "tqdm", "pytest>=7", "pytest-xdist", "matplotlib", "setuptools", "wheel"],
+        # test builds with; pytest-xdist runs the README's test command in two processes (-n 2); sybil runs the
+        # docs' python blocks (tests/docs/test_docs.py).
+        "test": ["download>=0.3.5", "tqdm", "pytest>=7", "pytest-xdist", "sybil>=6", "matplotlib", "setuptools",
+                 "wheel"],
         "plot": ["matplotlib"],
     },
     classifiers=[

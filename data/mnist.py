@@ -340,6 +340,6 @@ def mnist_windows(source, batch_size, accumulate_step, shuffle=False, seed=None,
     _checked_reading(batch_size, shuffle, seed, drop_remainder, num_shards, shard_id)
     images, labels = load_mnist_split(source) if isinstance(source, (str, os.PathLike)) else source
     order = reading_order(len(labels), batch_size, shuffle, seed, drop_remainder)
-    windows = window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder, num_shards,
-                            shard_id)
+    windows = window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder,
+                            num_shards=num_shards, shard_id=shard_id)
     return _tensor_windows(images, labels, order, windows)

@@ -6,7 +6,7 @@ Every pipeline (``training.task.toy_task``, ``data.mnist.mnist_windows``,
 from common.checks import positive_int
 
 
-def window_slices(n, batch_size, accumulate_step, last_micro_batch=None, drop_short=False, num_shards=None,
+def window_slices(n, batch_size, accumulate_step, last_micro_batch=None, drop_short=False, *, num_shards=None,
                   shard_id=None):
     """``n`` rows in windows, each a list of ``(start, stop)`` row bounds, one per micro-batch.
 

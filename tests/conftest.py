@@ -3,13 +3,12 @@
 The MNIST fixtures import the tools when a test asks for them: the library's
 tests, which never do, import no tool.
 """
-import os
 
 import mindspore as ms
 import pytest
 
 from accumulator._internal.runtime import block_on_cpu
-from helpers import MsrunLaunch
+from tests.msrun import msrun_folder, msrun_root  # noqa: F401 (fixtures)
 
 # The library sets the CPU's blocking launch at its first Accumulator; a test's eager operation before that
 # would keep the asynchronous launch for the whole process, so the suite sets it first
@@ -87,45 +86,6 @@ def train_mnist_run():
     return run
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "msrun(scenario): the test reads SCENARIO's outputs from the session's one "
-                                       "msrun launch of tests/msrun_worker.py (fixture msrun_folder)")
-
-
 def pytest_collection_modifyitems(items):
     """The tests that read the msrun launch run last: the launch, started at the first test, runs beside the others."""
     items.sort(key=lambda item: item.get_closest_marker("msrun") is not None)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def msrun_launch(request, tmp_path_factory):
-    """The session's one msrun launch of the scenarios that its selected tests mark ``msrun``, or None.
-
-    Started in the background at the session's first test, so that msrun's
-    waits overlap other tests. Under pytest-xdist the workers share it: the
-    first to claim the folder in the session's shared temporary folder
-    launches (pytest-xdist's "making session-scoped fixtures execute only
-    once"), the others wait for its end and read its files.
-    """
-    names = sorted({marker.args[0] for item in request.session.items for marker in item.iter_markers("msrun")})
-    if not names:
-        yield None
-        return
-    base = tmp_path_factory.getbasetemp()
-    launch = MsrunLaunch((base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun")
-    if launch.claim():
-        try:
-            import msrun_worker  # imports the tools
-            msrun_worker.prepare(launch.root, names)
-            launch.start([request.getfixturevalue("synthetic_mnist_dir"), *names])
-        except BaseException as error:
-            launch.end(f"not started: {error!r}")
-            raise
-    yield launch
-    launch.join()
-
-
-@pytest.fixture
-def msrun_folder(request, msrun_launch):
-    """The folder of this test's scenario (its ``msrun`` mark) in the session's msrun launch, once it has ended."""
-    return msrun_launch.folder(request.node.get_closest_marker("msrun").args[0])

@@ -196,8 +196,8 @@ def lm_windows(samples, batch_size, accumulate_step, *, shuffle, seed, drop_rema
         taken = reading_order(len(rows), batch_size, False, None, drop_remainder)
         inputs, targets = pack_rows(ordered, length, [rows[i] for i in taken])
         documents = inputs[:, 1].max(axis=-1)
-    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch, drop_remainder, num_shards,
-                            shard_id)
+    windows = window_slices(len(targets), batch_size, accumulate_step, last_micro_batch, drop_remainder,
+                            num_shards=num_shards, shard_id=shard_id)
     filled = max((window[-1][1] for window in windows if window), default=0)
     inputs, targets, documents = _filled(inputs, targets, documents, filled)
     if layout is not None:

@@ -37,8 +37,8 @@ def rank_sizes(config, rank=None):
         [[6], [7], [7]]
     """
     rows = config.batch_size * (run_steps(config) - 1) + (config.last_micro_batch or config.batch_size)
-    window, = window_slices(rows, config.batch_size, run_steps(config), config.last_micro_batch, config.ranks,
-                            config.rank if rank is None else rank)
+    window, = window_slices(rows, config.batch_size, run_steps(config), config.last_micro_batch,
+                            num_shards=config.ranks, shard_id=config.rank if rank is None else rank)
     return [stop - start for start, stop in window]
 
 

@@ -138,7 +138,7 @@ def toy_task(samples=8):
             order = order[:len(order) - len(order) % batch_size]
         return [[batch(order[start:stop]) for start, stop in window]
                 for window in window_slices(len(order), batch_size, accumulate_step, last_micro_batch, drop_remainder,
-                                            num_shards, shard_id)]
+                                            num_shards=num_shards, shard_id=shard_id)]
 
     def test_batches(batch_size):
         return [batch(np.arange(start, min(start + batch_size, samples))) for start in range(0, samples, batch_size)]

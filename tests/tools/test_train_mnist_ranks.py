@@ -1,0 +1,84 @@
+"""One MNIST run on 1, 2 and 4 ranks, and moved between them, equals one process (docs/devices.md).
+
+By hand: --batch-size 9 --micro-batch 4 is the run's window of 9 samples, whatever the ranks: on two ranks 4 and 5
+(one micro-batch, and 4 + 1), on four 2, 2, 2 and 3. The 200 synthetic samples make 23 windows an epoch (22 of 9,
+one of 2), so every checkpoint holds 23 updates an epoch, and its tensors equal one process's to float tolerance.
+"""
+import contextlib
+import json
+import os
+import shutil
+import signal
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from tests.msrun import TIMEOUT, free_port, start
+from tests.tools.train_mnist_worker import SHARED_BATCH, prepare
+
+
+def saved_state(path):
+    """A checkpoint's tensors by name, its extras (epoch, settings, history) and the rank's N left out."""
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
+            if isinstance(value, ms.Tensor) and name not in ("epoch", "accumulator.accumulate_step")}
+
+
+def two_hosts(root):
+    """Two msrun launches of two ranks each standing in for two machines: one 4-rank run of ``four_ranks``.
+
+    One launch's scheduler cannot take the master port; its workers join the other's (docs/devices.md).
+    """
+    port = free_port()
+    return [start(root, ["four_ranks=tests.tools.train_mnist_worker:four_ranks"], 4, node=(node, 2, port),
+                  logs=f"logs_{node}") for node in (0, 1)]
+
+
+def ended(launches, root):
+    """Waits for ``launches``, ending their process groups whatever happens; fails with the ranks' errors if any."""
+    try:
+        for launch in launches:
+            launch.wait(timeout=TIMEOUT)
+    finally:
+        for launch in launches:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(launch.pid, signal.SIGKILL)
+    folder = root / "four_ranks"
+    errors = "".join(path.read_text() for path in sorted(folder.glob("rank_*.error")))
+    logs = "".join(log.read_text()[-2000:] for log in sorted(root.glob("logs_*/*")))
+    assert not errors and len(list(folder.glob("rank_*.done"))) == 4, errors or logs
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.msrun("shared_batch")
+def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_between_them(
+        synthetic_mnist_dir, msrun_folder, tmp_path):
+    # The shared launch trained epoch 1 on two ranks, and resumed one process's epoch 1 for epoch 2
+    # (train_mnist_worker.shared_batch): 1 -> 2. Two launches of two ranks, as two hosts, train epoch 1 on four ranks
+    # and resume the two ranks' checkpoint for epoch 2: 2 -> 4. One process resumes it too: 2 -> 1.
+    from scripts import train_mnist
+    hosts = tmp_path / "hosts"
+    prepare(hosts / "four_ranks")
+    shutil.copytree(msrun_folder / "ckpt", hosts / "four_ranks" / "from_two")
+    launches = two_hosts(hosts)  # its ranks run beside the single process below
+    flags = ["--data-dir", synthetic_mnist_dir, "--no-shuffle", *SHARED_BATCH]
+    train_mnist.main([*flags, "--epochs", "2", "--ckpt-dir", str(tmp_path / "single")])
+    shutil.copytree(msrun_folder / "ckpt", tmp_path / "resumed")
+    train_mnist.main([*flags, "--epochs", "2", "--ckpt-dir", str(tmp_path / "resumed"), "--resume",
+                      "--log-json", str(tmp_path / "log.json")])
+    four = ended(launches, hosts)
+    assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
+    assert "epoch 2/2: train loss" not in (msrun_folder / "rank_1.log").read_text()  # only rank 0 prints
+    assert "its run had 2 ranks, this one 4" in (four / "rank_0.log").read_text()
+    runs = {(1, "2 ranks"): msrun_folder / "ckpt", (1, "4 ranks"): four / "ckpt",
+            (2, "1 -> 2"): msrun_folder / "alone_0",
+            (2, "2 -> 1"): tmp_path / "resumed", (2, "2 -> 4"): four / "from_two"}
+    for (epoch, run), folder in runs.items():
+        moved, alone = (saved_state(path / f"epoch_{epoch:03d}.ckpt") for path in (folder, tmp_path / "single"))
+        assert moved.keys() == alone.keys() and int(moved["accumulator.update_count"]) == 23 * epoch, run
+        for name, value in alone.items():
+            np.testing.assert_allclose(moved[name], value, rtol=1e-5, atol=1e-6, err_msg=f"{run}: {name}")
+    history = json.loads((tmp_path / "log.json").read_text())["epochs"]
+    assert [record["ranks"] for record in history] == [2, 1]
+    assert [record["samples"] for record in history] == [200, 200]  # the two ranks' 89 and 111 added

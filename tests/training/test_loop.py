@@ -1,0 +1,234 @@
+"""training.loop: accumulated micro-batches train exactly like one large batch, in every way of running.
+
+By hand: 10 training samples in batches of 16 with --drop-last leave nothing to train, and the run says so in
+one line before anything is built; 200 samples in windows of 4 x 32 ((32, 32, 32, 32 | 32, 32, 8)) train as
+batches of 128 ((128 | 72)), the second window weighted by its samples, not by its micro-batches.
+"""
+import re
+from dataclasses import replace
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from tests.accumulator.helpers import sweep
+from training.config import TrainConfig
+from training.context import configure_context
+from training.errors import TrainingError
+from training.loop import build_run, check_trainable, compile_train_step, train, train_epoch
+from training.mnist import mnist_task
+from training.task import toy_task
+
+
+def initial_weights(data_dir):
+    return {param.name: param.asnumpy().copy()
+            for param in build_run(TrainConfig(), mnist_task(data_dir)).net.get_parameters()}
+
+
+# Both runs of a case see the same samples in the same windows, so with the
+# count-weighted mean they take identical updates (to float32 rounding):
+#  - even: 192 = 3 windows of 64 samples, as 32+32 or as 64.
+#  - uneven_tail: 200 samples: 32-batches leave 8, which form the last window
+#    alone (32,32 | 32,32 | 32,32 | 8); 64-batches leave the same 8 (64 | 64 | 64 | 8).
+#  - uneven_window: 200 samples in windows of 128: (32,32,32,32 | 32,32,8) against
+#    (128 | 72). The second window mixes a full and a short micro-batch, so only
+#    weighting by sample count (not a mean of micro-batch means) matches the
+#    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
+#    both runs still see the same data.
+# The fast path runs uneven_window's comparison on the toy net: test_every_driver_trains_to_the_same_weights.
+@pytest.mark.parametrize("case, fixture, small, large, extra", sweep([
+    ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
+    ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
+    ("uneven_tail", "synthetic_mnist_dir", (32, 2), (64, 1), {"shuffle": False}),
+], fast=0))
+def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_run, case, fixture, small, large,
+                                                         extra):
+    data_dir = request.getfixturevalue(fixture)
+    # lr 0.1 so the weights move far beyond the tolerance in two epochs.
+    common = dict(epochs=2, lr=0.1, **extra)
+    accumulated, accumulated_state = train_mnist_run(data_dir, batch_size=small[0], accumulate_step=small[1],
+                                                     **common)
+    large_batch, large_state = train_mnist_run(data_dir, batch_size=large[0], accumulate_step=large[1], **common)
+
+    assert accumulated["effective_batch_size"] == large_batch["effective_batch_size"]
+    assert accumulated["updates"] == large_batch["updates"]
+    for name, value in large_state.items():
+        np.testing.assert_allclose(accumulated_state[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    moved = max(np.abs(large_state[name] - start).max() for name, start in initial_weights(data_dir).items())
+    assert moved > 1e-3
+
+
+def trained_toy(samples=20, **settings):
+    """``train`` on ``toy_task(samples)``, two epochs of 2-batches at lr 0.1: ``(summary, run)``.
+
+    ``settings`` are ``TrainConfig`` fields (``mode`` too: the context follows it).
+    """
+    config = configure_context(TrainConfig(**{"epochs": 2, "batch_size": 2, "lr": 0.1, **settings}))
+    return train(config, toy_task(samples), progress=False)
+
+
+def trained_state(run):
+    """Every parameter of the run's network and optimizer as numpy, by name."""
+    state = {param.name: param.asnumpy().copy() for param in run.net.get_parameters()}
+    state.update({name: param.asnumpy().copy() for name, param in run.optimizer.parameters_and_names()})
+    return state
+
+
+RUNS = {}
+
+
+def trained_once(**settings):
+    """``trained_toy``'s summary and state, run once per module for the same settings (the tests only read them)."""
+    key = tuple(sorted(settings.items()))
+    if key not in RUNS:
+        summary, run = trained_toy(**settings)
+        RUNS[key] = summary, trained_state(run)
+    return RUNS[key]
+
+
+def driver_settings(accumulate_step):
+    return dict(samples=21, accumulate_step=accumulate_step, optimizer="momentum")
+
+
+# A driver on the toy net (uneven_window above is the same comparison on MNIST, end to end).
+@pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
+def test_every_driver_trains_to_the_same_weights(accumulate_step):
+    # 21 samples in 2-batches: the last window is short and its last batch holds 1. At N=4 the windows are
+    # (2,2,2,2 | 2,2,2,2 | 2,2,1), so the in-graph run must also equal 8-batches (8 | 8 | 5).
+    common = driver_settings(accumulate_step)
+    in_graph, expected = trained_once(**common, driver="in-graph")
+    if accumulate_step == 4:
+        # The oracle runs in PyNative, which compiles nothing; test_pynative_mode_trains_like_graph_mode ties the modes.
+        large_batch, large_run = trained_toy(**{**common, "batch_size": 8, "accumulate_step": 1}, mode="pynative")
+        assert in_graph["updates"] == large_batch["updates"] == 6
+        for name, value in trained_state(large_run).items():
+            np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
+    for driver in ("host", "window"):
+        summary, run = trained_toy(**common, driver=driver)
+        assert summary["updates"] == in_graph["updates"], driver
+        assert summary["final_train_loss"] == pytest.approx(in_graph["final_train_loss"], rel=1e-5), driver
+        for name, value in expected.items():
+            np.testing.assert_allclose(trained_state(run)[name], value, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{driver}: {name}")
+
+
+def test_pynative_mode_trains_like_graph_mode():
+    # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
+    _, graph = trained_once(**driver_settings(4), driver="in-graph")
+    _, pynative = trained_toy(**driver_settings(4), driver="in-graph", mode="pynative")
+    for name, value in graph.items():
+        np.testing.assert_allclose(trained_state(pynative)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("drop_last, samples, updates", [(False, 10, 2), (True, 8, 1)])
+def test_an_epoch_counts_its_samples_and_applies_the_short_last_window(drop_last, samples, updates):
+    # A task that is not MNIST: 10 samples in batches of 4 and windows of 2 leave a window of one 2-batch.
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, drop_last=drop_last)
+    run = build_run(config, toy_task(10))
+    stats = train_epoch(run, toy_task(10), config, epoch=1, progress=False)
+    assert stats["samples"] == samples and stats["seconds"] > 0
+    assert (int(run.accumulator.update_count), int(run.accumulator.micro_step)) == (updates, 0)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(batch_size=16, drop_last=True), "--batch-size 16 with --drop-last leaves nothing to train: the training split "
+                                          "has 10 samples"),
+])
+def test_a_run_that_would_train_nothing_is_refused_before_anything_is_built(settings, message):
+    with pytest.raises(TrainingError, match=re.escape(message)):
+        train(TrainConfig(mode="pynative", **settings), toy_task(10), progress=False)
+    # The ranks share the run's windows: 6 of the 10 samples, 3 on each rank.
+    check_trainable(TrainConfig(batch_size=6, drop_last=True, distributed=True, ranks=2), toy_task(10))
+
+
+def test_a_run_that_tracks_noise_records_it_every_epoch_and_noise_moves_n_within_bounds(capsys):
+    config = TrainConfig(mode="pynative", epochs=2, batch_size=2, accumulate_step="noise", check=True, update_cost=2.0)
+    summary, run = train(config, toy_task(16), progress=False)
+    printed = capsys.readouterr().out
+    assert "batch 2 x noise (N from 2 to 64, following sqrt(2 x the gradient noise scale))" in printed
+    assert run.accumulator.schedule.update_cost == 2.0
+    assert re.search(r"equivalence check: equivalent: .*accumulator state [0-9.]+x the parameters' bytes", printed)
+    history = [line for line in printed.splitlines() if line.startswith("epoch ")]
+    assert len(history) == 2 and all("; noise scale " in line for line in history)
+    assert summary["effective_batch_size"] is None and summary["updates"] >= 2
+    assert 2 <= int(run.accumulator.accumulate_step) <= 64
+    assert run.accumulator.noise.record()["windows"] >= 1
+
+
+def test_a_signal_while_the_progress_bar_draws_itself_waits_until_the_bar_can_be_cleared(monkeypatch):
+    import signal
+
+    import tqdm as tqdm_module
+
+    from training import loop
+    from training.interrupts import Interrupted, signals_raise_interrupted
+    closed = []
+
+    class SignalledBar(tqdm_module.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            signal.raise_signal(signal.SIGTERM)   # as if it came while the bar was first drawn
+
+        def close(self):
+            closed.append(True)
+            super().close()
+
+    monkeypatch.setattr(loop, "tqdm", SignalledBar)
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=1, epochs=1)
+    run = build_run(config, toy_task())
+    with pytest.raises(Interrupted), signals_raise_interrupted():
+        try:
+            train_epoch(run, toy_task(), config, epoch=1)
+        finally:
+            assert closed   # closed before the interrupt's message is printed, which clears its line
+
+
+# "noise" tracks noise as track_noise=True does and moves N as well: the fast path runs it.
+@pytest.mark.parametrize("settings", sweep([dict(accumulate_step="noise"), dict(accumulate_step=3, track_noise=True)]))
+def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
+    # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
+    # (track_noise=True samples the window's last micro-batch) is read on the host, noise moves N.
+    graph_summary, graph = trained_toy(mode="graph", **settings)
+    eager_summary, eager = trained_toy(mode="pynative", **settings)
+    assert graph_summary["updates"] == eager_summary["updates"] >= 4
+    assert int(graph.accumulator.accumulate_step) == int(eager.accumulator.accumulate_step)
+    for key, value in eager.accumulator.noise.record().items():
+        assert graph.accumulator.noise.record()[key] == pytest.approx(value, rel=1e-5), key
+    assert eager.accumulator.noise.record()["windows"] >= 4
+    for mine, theirs in zip(graph.optimizer.parameters, eager.optimizer.parameters):
+        np.testing.assert_allclose(mine.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6, err_msg=mine.name)
+
+
+def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_state_and_never_applies_itself():
+    config = configure_context(TrainConfig(batch_size=2, accumulate_step=2, track_noise=True, driver="host"))
+    run = build_run(config, toy_task())
+    state = [p.asnumpy().copy() for p in list(run.net.get_parameters()) + run.accumulator.state_parameters()]
+    assert compile_train_step(run, toy_task(), config, epoch=1) > 0
+    for before, parameter in zip(state, list(run.net.get_parameters()) + run.accumulator.state_parameters()):
+        np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
+    inputs, labels = next(iter(toy_task().test_batches(2)))
+    for last in (False, True, False):   # past N: the micro-step adds, only Accumulator.step() applies
+        run.compiled_step(inputs, labels, ms.Tensor(2.0), ms.Tensor(last))
+    assert (int(run.accumulator.micro_step), int(run.accumulator.update_count)) == (3, 0)
+    # The window step, a jitted function, compiles by training the first window: the state is put back exactly.
+    whole_windows = replace(config, driver="window", optimizer="momentum", track_noise=False)
+    run = build_run(whole_windows, toy_task())
+    state = [p.asnumpy().copy() for p in list(run.net.get_parameters()) + list(run.optimizer.parameters)
+             + list(run.optimizer.moments) + run.accumulator.state_parameters()]
+    assert compile_train_step(run, toy_task(), whole_windows, epoch=1) > 0
+    after = list(run.net.get_parameters()) + list(run.optimizer.parameters) + list(run.optimizer.moments) \
+        + run.accumulator.state_parameters()
+    for before, parameter in zip(state, after):
+        np.testing.assert_array_equal(parameter.asnumpy(), before, err_msg=parameter.name)
+    pynative = replace(config, mode="pynative")
+    assert compile_train_step(build_run(pynative, toy_task()), toy_task(), pynative, epoch=1) is None
+
+
+def test_clip_norm_clips_the_window_update_to_that_norm():
+    # SGD at lr 0.1: the one window's update is lr x the clipped gradient, whose global norm is clip_norm.
+    config = TrainConfig(mode="pynative", batch_size=4, accumulate_step=2, lr=0.1, clip_norm=1e-3, shuffle=False)
+    run = build_run(config, toy_task(8))
+    before = {param.name: param.asnumpy().copy() for param in run.net.trainable_params()}
+    train_epoch(run, toy_task(8), config, epoch=1, progress=False)
+    moved = np.sqrt(sum(((param.asnumpy() - before[param.name]) ** 2).sum() for param in run.net.trainable_params()))
+    assert int(run.accumulator.update_count) == 1 and moved == pytest.approx(0.1 * 1e-3, rel=1e-3)  # float32 weights
