@@ -72,7 +72,7 @@ def _ceiling_epoch(run, windows, batch_size, accumulate_step, count):
     """
     import mindspore as ms
     from training.loop import train_on_windows
-    counted = sum(counted for _, counted, _ in train_on_windows(run, windows, batch_size, accumulate_step, count))
+    counted = sum(counted for _, counted, _ in train_on_windows(run, windows, {batch_size}, accumulate_step, count))
     ms.runtime.synchronize()
     return counted
 

@@ -58,7 +58,8 @@ def launch(root, names):
         try:
             status = process.wait(timeout=TIMEOUT)
         finally:
-            os.killpg(process.pid, signal.SIGKILL)  # no rank left behind
+            with contextlib.suppress(ProcessLookupError):  # no rank left behind
+                os.killpg(process.pid, signal.SIGKILL)
     except BaseException as error:  # the other processes stop waiting, and say why
         status = repr(error)
     (root / "ended.partial").write_text(str(status))

@@ -18,8 +18,9 @@ from accumulator.memory.plan import (Measurement, MeasuringChild, MemoryPlan, Pl
                                      format_size, measure_in_child, parse_size, peak_resident, plan_micro_batch,
                                      touch_memory)
 from accumulator.memory._child import failure
+from tests import REPO_ROOT
 
-ROOT = next(folder for folder in Path(__file__).resolve().parents if (folder / "docs").is_dir())
+ROOT = Path(REPO_ROOT)
 MIB = 2 ** 20
 GIB = 2 ** 30
 
