@@ -136,7 +136,7 @@ def measure(spec, progress=True):
     variant; ``driver`` is the tool's pick. MindSpore's mode and device are set for
     the whole process.
 
-    Example (four runs compile, so it is not run here: tests/test_benchmarks_end_to_end.py runs it):
+    Example (four runs compile, so it is not run here: tests/benchmarks/test_end_to_end.py runs it):
         >>> import tempfile
         >>> from data.idx import write_synthetic_mnist
         >>> folder = tempfile.mkdtemp()
