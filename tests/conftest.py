@@ -35,18 +35,6 @@ def synthetic_mnist_dir(tmp_path_factory):
     return synthetic_folder(tmp_path_factory, "synthetic_mnist", SYNTHETIC_TRAIN)
 
 
-SYNTHETIC_EVEN_TRAIN = 192
-
-
-@pytest.fixture(scope="session")
-def synthetic_mnist_even_dir(tmp_path_factory):
-    """Like ``synthetic_mnist_dir`` but with 192 train samples: whole batches of 32, 64 and 96.
-
-    Session-wide and shared: copy it before changing anything in it.
-    """
-    return synthetic_folder(tmp_path_factory, "synthetic_mnist_even", SYNTHETIC_EVEN_TRAIN)
-
-
 # The PyNative run compiles the same jitted steps again: the full suite runs it, the fast path (-m "not slow") not.
 @pytest.fixture(params=["graph", pytest.param("pynative", marks=pytest.mark.slow)])
 def mode(request):

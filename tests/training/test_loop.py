@@ -11,7 +11,6 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.accumulator.helpers import sweep
 from training.config import TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
@@ -25,27 +24,16 @@ def initial_weights(data_dir):
             for param in build_run(TrainConfig(), mnist_task(data_dir)).net.get_parameters()}
 
 
-# Both runs of a case see the same samples in the same windows, so with the
-# count-weighted mean they take identical updates (to float32 rounding):
-#  - even: 192 = 3 windows of 64 samples, as 32+32 or as 64.
-#  - uneven_tail: 200 samples: 32-batches leave 8, which form the last window
-#    alone (32,32 | 32,32 | 32,32 | 8); 64-batches leave the same 8 (64 | 64 | 64 | 8).
-#  - uneven_window: 200 samples in windows of 128: (32,32,32,32 | 32,32,8) against
-#    (128 | 72). The second window mixes a full and a short micro-batch, so only
-#    weighting by sample count (not a mean of micro-batch means) matches the
-#    72-sample batch. Shuffled: the seeded order is per sample, not per batch, so
-#    both runs still see the same data.
-# The fast path runs uneven_window's comparison on the toy net: test_every_driver_trains_to_the_same_weights.
-@pytest.mark.parametrize("case, fixture, small, large, extra", sweep([
-    ("uneven_window", "synthetic_mnist_dir", (32, 4), (128, 1), {"optimizer": "momentum"}),
-    ("even", "synthetic_mnist_even_dir", (32, 2), (64, 1), {"shuffle": False}),
-    ("uneven_tail", "synthetic_mnist_dir", (32, 2), (64, 1), {"shuffle": False}),
-], fast=0))
-def test_accumulated_micro_batches_equal_one_large_batch(request, train_mnist_run, case, fixture, small, large,
-                                                         extra):
-    data_dir = request.getfixturevalue(fixture)
+# Both runs see the same samples in the same windows: 200 samples in windows of 4 x 32, (32,32,32,32 | 32,32,8),
+# against (128 | 72). The second window mixes a full and a short micro-batch, so only weighting by sample count (not
+# a mean of micro-batch means) matches the 72-sample batch. Shuffled: the seeded order is per sample, not per batch,
+# so both runs still see the same data. Windows of equal batches, and a short last window alone, are the toy net's
+# (test_every_driver_trains_to_the_same_weights: (2,2,2,2 | 2,2,2,2 | 2,2,1) against (8 | 8 | 5)).
+@pytest.mark.slow
+def test_accumulated_micro_batches_equal_one_large_batch(train_mnist_run, synthetic_mnist_dir):
+    data_dir, small, large = synthetic_mnist_dir, (32, 4), (128, 1)
     # lr 0.1 so the weights move far beyond the tolerance in two epochs.
-    common = dict(epochs=2, lr=0.1, **extra)
+    common = dict(epochs=2, lr=0.1, optimizer="momentum")
     accumulated, accumulated_state = train_mnist_run(data_dir, batch_size=small[0], accumulate_step=small[1],
                                                      **common)
     large_batch, large_state = train_mnist_run(data_dir, batch_size=large[0], accumulate_step=large[1], **common)
@@ -86,23 +74,20 @@ def trained_once(**settings):
     return RUNS[key]
 
 
-def driver_settings(accumulate_step):
-    return dict(samples=21, accumulate_step=accumulate_step, optimizer="momentum")
+# 21 samples in 2-batches: the windows are (2,2,2,2 | 2,2,2,2 | 2,2,1), a short last one whose last batch holds 1.
+DRIVER_SETTINGS = dict(samples=21, accumulate_step=4, optimizer="momentum")
 
 
-# A driver on the toy net (uneven_window above is the same comparison on MNIST, end to end).
-@pytest.mark.parametrize("accumulate_step", sweep([4, 2]))
-def test_every_driver_trains_to_the_same_weights(accumulate_step):
-    # 21 samples in 2-batches: the last window is short and its last batch holds 1. At N=4 the windows are
-    # (2,2,2,2 | 2,2,2,2 | 2,2,1), so the in-graph run must also equal 8-batches (8 | 8 | 5).
-    common = driver_settings(accumulate_step)
+# A driver on the toy net (the test above is the same comparison on MNIST, end to end).
+def test_every_driver_trains_to_the_same_weights():
+    # The in-graph run must also equal 8-batches (8 | 8 | 5).
+    common = DRIVER_SETTINGS
     in_graph, expected = trained_once(**common, driver="in-graph")
-    if accumulate_step == 4:
-        # The oracle runs in PyNative, which compiles nothing; test_pynative_mode_trains_like_graph_mode ties the modes.
-        large_batch, large_run = trained_toy(**{**common, "batch_size": 8, "accumulate_step": 1}, mode="pynative")
-        assert in_graph["updates"] == large_batch["updates"] == 6
-        for name, value in trained_state(large_run).items():
-            np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
+    # The oracle runs in PyNative, which compiles nothing; test_pynative_mode_trains_like_graph_mode ties the modes.
+    large_batch, large_run = trained_toy(**{**common, "batch_size": 8, "accumulate_step": 1}, mode="pynative")
+    assert in_graph["updates"] == large_batch["updates"] == 6
+    for name, value in trained_state(large_run).items():
+        np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
     for driver in ("host", "window"):
         summary, run = trained_toy(**common, driver=driver)
         assert summary["updates"] == in_graph["updates"], driver
@@ -114,8 +99,8 @@ def test_every_driver_trains_to_the_same_weights(accumulate_step):
 
 def test_pynative_mode_trains_like_graph_mode():
     # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
-    _, graph = trained_once(**driver_settings(4), driver="in-graph")
-    _, pynative = trained_toy(**driver_settings(4), driver="in-graph", mode="pynative")
+    _, graph = trained_once(**DRIVER_SETTINGS, driver="in-graph")
+    _, pynative = trained_toy(**DRIVER_SETTINGS, driver="in-graph", mode="pynative")
     for name, value in graph.items():
         np.testing.assert_allclose(trained_state(pynative)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
@@ -183,9 +168,9 @@ def test_a_signal_while_the_progress_bar_draws_itself_waits_until_the_bar_can_be
             assert closed   # closed before the interrupt's message is printed, which clears its line
 
 
-# "noise" tracks noise as track_noise=True does and moves N as well: the fast path runs it.
-@pytest.mark.parametrize("settings", sweep([dict(accumulate_step="noise"), dict(accumulate_step=3, track_noise=True)]))
-def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op(settings):
+# "noise" tracks noise as track_noise=True does, and moves N as well.
+def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_op():
+    settings = dict(accumulate_step="noise")
     # 20 samples in 2-batches: 10 micro-batches an epoch, a partial last window; the micro-step's `last`
     # (track_noise=True samples the window's last micro-batch) is read on the host, noise moves N.
     graph_summary, graph = trained_toy(mode="graph", **settings)

@@ -16,7 +16,7 @@ from mindspore import Parameter, Tensor, nn
 
 from accumulator import Accumulator, capabilities
 from accumulator._internal.buckets import Buckets
-from tests.accumulator.helpers import SPLIT_PIECES, split_round_trip, sweep
+from tests.accumulator.helpers import SPLIT_PIECES, split_round_trip
 
 
 def _parameters(shapes):
@@ -71,11 +71,9 @@ def test_the_sliced_split_gives_back_every_gradient_exactly_in_a_graph(sliced, c
         np.testing.assert_array_equal(piece.asnumpy(), grad.asnumpy())
 
 
-# "as checked" is the way every other test's windows take: the fast path forces the sliced one, CI runs both.
-@pytest.mark.parametrize("way", sweep(["sliced", "as checked"]))
-def test_a_window_applies_the_large_batch_mean_either_way(monkeypatch, way):
-    if way == "sliced":
-        monkeypatch.setattr(capabilities, "split_with_size", lambda: False)
+# The split as checked is the way every other test's windows take: here the sliced one, forced.
+def test_a_window_applies_the_large_batch_mean_by_the_sliced_split(monkeypatch):
+    monkeypatch.setattr(capabilities, "split_with_size", lambda: False)
     params = _parameters([(2, 3), (3,), (4,)])
     start = [p.asnumpy().copy() for p in params]
     accumulator = Accumulator(nn.SGD(params, 0.5), accumulate_step=2)

@@ -218,7 +218,7 @@ def _mid_window_run(check):
     return before, after, _state_bytes(net, accumulator)
 
 
-def test_weights_optimizer_and_accumulator_state_are_bit_identical_after_a_check(mode):
+def test_weights_optimizer_and_accumulator_state_are_bit_identical_after_a_check(graph_mode):
     before, after, trained = _mid_window_run(check=True)
     assert after == before
     # Mid-window, with Adam's moments, BatchNorm's statistics and the buffers all non-zero.
