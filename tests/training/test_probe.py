@@ -52,21 +52,25 @@ def test_the_probes_read_at_most_probe_held_out_test_samples():
     assert sizes == [PROBE_HELD_OUT, 8]
 
 
-@pytest.mark.slow  # end to end: four runs of the MNIST tool
+@pytest.mark.slow  # end to end: three runs of the MNIST tool
 def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_mnist_dir, tmp_path, train_mnist_run,
                                                                       monkeypatch):
     flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, scale_rule="linear", lr=0.05)
     _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=str(tmp_path / "whole"), **flags)
-    ckpt_dir = str(tmp_path / "cut")
-    train_mnist_run(synthetic_mnist_dir, epochs=1, ckpt_dir=ckpt_dir, **flags)
+    first_epochs_probes = len(json.loads(ms.load_checkpoint(checkpoint_path(str(tmp_path / "whole"), 1))["history"])[0]
+                              ["probes"])
+    ckpt_dir, choose, chosen = str(tmp_path / "cut"), CriticalBatchSchedule.choose, []
 
     def interrupted(self, losses_by_step, start_loss):  # epoch 2's first probe, its branches trained
-        raise KeyboardInterrupt
+        if len(chosen) == first_epochs_probes:
+            raise KeyboardInterrupt
+        chosen.append(start_loss)
+        return choose(self, losses_by_step, start_loss)
 
     with monkeypatch.context() as patch:
         patch.setattr(CriticalBatchSchedule, "choose", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, **flags)
     _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
