@@ -91,7 +91,7 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
 @pytest.mark.slow
 def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_the_uninterrupted_one(
         synthetic_mnist_dir, tmp_path):
-    epochs = 12  # beyond what five attempts reach even if every kill came after its save
+    epochs = 8  # beyond what three attempts reach even if every kill came after its save
 
     def worker(ckpt_dir):
         return subprocess.Popen([sys.executable, WORKER, synthetic_mnist_dir, str(ckpt_dir), str(epochs)],
@@ -108,7 +108,7 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
 
     delays = random.Random(0)
     mid_write = 0
-    for attempt in range(1, 6):
+    for attempt in range(1, 4):
         stale = temporaries()  # left by earlier kills: the runs must ignore them
         process = worker(killed)
         saves = 0
@@ -130,7 +130,7 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
         newest = find_checkpoints(str(killed))[0]  # the one before the killed write, whole
         assert int(ms.load_checkpoint(newest)["epoch"].asnumpy()) == int(CHECKPOINT_NAME.match(
             os.path.basename(newest)).group(1)) >= attempt
-    assert mid_write, "no kill landed while a checkpoint was being written"  # 4 or 5 of 5 do here
+    assert mid_write, "no kill landed while a checkpoint was being written"  # nearly every kill does here
 
     process = worker(killed)
     assert process.wait(timeout=300) == 0
