@@ -1,34 +1,24 @@
-"""The suite's one msrun launch (starting msrun costs more than any case): two ranks run, in turn, every multi-rank
-case the session's tests name. A case is a function of its folder, run in both ranks by tests/msrun_ranks.py after
-its module's ``prepare(folder)``, if any, here. To add one: name it in CASES, mark its test
-``@pytest.mark.msrun("name")`` and take the fixture ``msrun_folder``.
-"""
+"""The suite's one msrun launch (msrun's start costs more than any case): the first test that takes ``msrun_folder``
+runs every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its folder, after
+its module's ``prepare(folder)`` if any), on two ranks in turn; the others wait. As a script: what each rank runs."""
 import contextlib
+import fcntl
 import importlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
+import traceback
 from pathlib import Path
 
 import pytest
 
-CASES = {"distributed": "tests.accumulator.devices.all_reduce_worker:main",
-         "batchnorm": "tests.accumulator.policies.batchnorm_worker:main",
-         "whole_batch": "tests.accumulator.drivers.whole_batch_worker:main",
-         "language_model": "tests.models.lm_distributed_worker:main", "train_lm": "tests.tools.lm_tool_worker:main",
-         "ema": "tests.accumulator.policies.ema_worker:main",
-         **{name: f"tests.tools.train_mnist_worker:{name}" for name in ("shared_batch", "probe", "memory")}}
 RANKS, TIMEOUT = 2, 900  # seconds for every case together
 
 
 def start(root, cases, workers=RANKS, node=None, logs="logs"):
-    """msrun running ``cases`` (``NAME=MODULE:FUNCTION``) on ``workers`` ranks, its logs in ``root/logs``; ``node``:
-    ``(node_rank, local ranks, master port)`` for one of several launches that share them, as hosts do. Its own
-    session: ``os.killpg(process.pid, ...)`` ends it and its ranks."""
+    """msrun running ``cases`` on ``workers`` ranks, in a session; ``node``: ``(node_rank, local ranks, port)`` as hosts."""
     node_rank, local, port = node or (0, workers, free_port())
     # msrun starts the `python` on PATH; the ranks import tests.* from the checkout, never from tests/ itself.
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
@@ -36,9 +26,8 @@ def start(root, cases, workers=RANKS, node=None, logs="logs"):
            "PYTHONSAFEPATH": "1"}
     return subprocess.Popen(["msrun", f"--worker_num={workers}", f"--local_worker_num={local}", "--join=True",
                              "--master_addr=127.0.0.1", f"--master_port={port}", f"--node_rank={node_rank}",
-                             f"--log_dir={root / logs}", str(Path(__file__).with_name("msrun_ranks.py")),
-                             str(root), *cases], env=env, cwd=root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                             f"--log_dir={root / logs}", __file__, str(root), *cases], env=env, cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def free_port():
@@ -47,52 +36,45 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def launch(root, names):
-    """Prepares and runs the cases ``names`` under msrun; writes its status, or why it has none, to ``root/ended``."""
-    try:
-        for name in names:
-            (root / name).mkdir(parents=True)
-            module = importlib.import_module(CASES[name].split(":")[0])
-            getattr(module, "prepare", lambda folder: None)(root / name)
-        process = start(root, [f"{name}={CASES[name]}" for name in names])
-        try:
-            status = process.wait(timeout=TIMEOUT)
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # no rank left behind
-                os.killpg(process.pid, signal.SIGKILL)
-    except BaseException as error:  # the other processes stop waiting, and say why
-        status = repr(error)
-    (root / "ended.partial").write_text(str(status))
-    os.replace(root / "ended.partial", root / "ended")  # whole or not at all
-
-
-@pytest.fixture(scope="session", autouse=True)
-def msrun_root(request, tmp_path_factory):
-    """The launch's folder; the first process to claim it launches the session's cases in the background."""
-    names = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
+@pytest.fixture
+def msrun_folder(request, tmp_path_factory):
+    """This test's case folder once the launch has ended; fails with the case's tracebacks, or msrun's logs."""
     base = tmp_path_factory.getbasetemp()  # under pytest-xdist, each process's: their parent is shared
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun"
-    thread = threading.Thread(target=launch, args=(root, names))
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(f"{root}.claimed", os.O_CREAT | os.O_EXCL))
-        if names:
-            thread.start()
-    yield root
-    if thread.is_alive():
-        thread.join()
-
-
-@pytest.fixture
-def msrun_folder(request, msrun_root):
-    """This test's case folder once the launch has ended; fails with the case's traceback, or msrun's logs."""
-    name, ended = request.node.get_closest_marker("msrun").args[0], msrun_root / "ended"
-    deadline = time.monotonic() + TIMEOUT + 60
-    while not ended.exists() and time.monotonic() < deadline:
-        time.sleep(1)
-    folder = msrun_root / name
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, also by a process that dies
+        if not root.exists():
+            cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
+            for case in cases:
+                (root / case).mkdir(parents=True)
+                getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
+            process = start(root, cases)
+            try:
+                process.wait(timeout=TIMEOUT)
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # no rank left behind
+                    os.killpg(process.pid, signal.SIGKILL)
+    folder = root / request.node.get_closest_marker("msrun").args[0]
     errors = "".join(error.read_text() for error in sorted(folder.glob("rank_*.error")))
     if errors or len(list(folder.glob("rank_*.done"))) < RANKS:
-        logs = "".join(log.read_text()[-3000:] for log in sorted(msrun_root.glob("logs/*")))
-        pytest.fail(errors or f"msrun ended ({ended.exists() and ended.read_text()}) before {name!r} did:\n{logs}",
-                    pytrace=False)
+        pytest.fail(errors or "".join(log.read_text()[-3000:] for log in sorted(root.glob("logs/*"))), pytrace=False)
     return folder
+
+
+if __name__ == "__main__":  # each rank: each case in turn in a new process's mode, its output, .done or .error
+    import mindspore as ms
+    from mindspore.communication import get_rank, init
+    from accumulator._internal.runtime import block_on_cpu
+    mode = ms.get_context("mode")
+    block_on_cpu()  # before any kernel runs, as tests/conftest.py does
+    init()
+    for case in sys.argv[2:]:
+        ms.set_context(mode=mode)
+        ms.reset_auto_parallel_context()
+        rank = Path(sys.argv[1], case, f"rank_{get_rank()}")
+        with open(f"{rank}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                getattr(importlib.import_module(case.split(":")[0]), case.split(":")[1])(rank.parent)
+                Path(f"{rank}.done").touch()
+            except (Exception, SystemExit):  # the tools exit with a status on errors
+                Path(f"{rank}.error").write_text(f"msrun case {case} on rank {get_rank()}:\n{traceback.format_exc()}")

@@ -37,7 +37,7 @@ def test_the_library_tests_import_no_tool():
     assert "tests.accumulator.drivers.test_window" in LIBRARY_TESTS and "tests.accumulator.helpers" in LIBRARY_TESTS
     # With the conftest and the msrun launcher they load; the launcher imports a case's worker when a test names it.
     code = (f"import sys; sys.path.insert(0, {REPO_ROOT!r})\n"
-            f"for name in ['tests.conftest', 'tests.msrun', 'tests.msrun_ranks', *{LIBRARY_TESTS!r}]: __import__(name)\n"
+            f"for name in ['tests.conftest', 'tests.msrun', *{LIBRARY_TESTS!r}]: __import__(name)\n"
             f"print(sorted(name for name in sys.modules if name.split('.')[0] in {TOOLS!r}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -10,7 +10,7 @@ from tests.models.lm_helpers import reference, relative_change_error
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("language_model")  # lm_distributed_worker.py
+@pytest.mark.msrun("tests.models.lm_distributed_worker:main")
 def test_two_ranks_under_msrun_count_every_ranks_tokens(msrun_folder):
     """Each rank's window holds a different number of tokens; the update divides by both ranks' total."""
     start, large = reference("nn.SGD")

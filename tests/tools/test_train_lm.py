@@ -260,7 +260,7 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("train_lm")  # lm_tool_worker.py: every packing's run on two ranks, batch 4 each
+@pytest.mark.msrun("tests.tools.lm_tool_worker:main")
 @pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
 def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, msrun_folder,
                                                              packing, updates):

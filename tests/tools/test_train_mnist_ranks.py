@@ -17,6 +17,8 @@ import pytest
 from tests.msrun import TIMEOUT, free_port, start
 from tests.tools.train_mnist_worker import SHARED_BATCH, prepare
 
+FOUR_RANKS = "tests.tools.train_mnist_worker:four_ranks"
+
 
 def saved_state(path):
     """A checkpoint's tensors by name, its extras (epoch, settings, history) and the rank's N left out."""
@@ -30,8 +32,7 @@ def two_hosts(root):
     One launch's scheduler cannot take the master port; its workers join the other's (docs/devices.md).
     """
     port = free_port()
-    return [start(root, ["four_ranks=tests.tools.train_mnist_worker:four_ranks"], 4, node=(node, 2, port),
-                  logs=f"logs_{node}") for node in (0, 1)]
+    return [start(root, [FOUR_RANKS], 4, node=(node, 2, port), logs=f"logs_{node}") for node in (0, 1)]
 
 
 def ended(launches, root):
@@ -43,7 +44,7 @@ def ended(launches, root):
         for launch in launches:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(launch.pid, signal.SIGKILL)
-    folder = root / "four_ranks"
+    folder = root / FOUR_RANKS
     errors = "".join(path.read_text() for path in sorted(folder.glob("rank_*.error")))
     logs = "".join(log.read_text()[-2000:] for log in sorted(root.glob("logs_*/*")))
     assert not errors and len(list(folder.glob("rank_*.done"))) == 4, errors or logs
@@ -51,7 +52,7 @@ def ended(launches, root):
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("shared_batch")
+@pytest.mark.msrun("tests.tools.train_mnist_worker:shared_batch")
 def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_between_them(
         synthetic_mnist_dir, msrun_folder, tmp_path):
     # The shared launch trained epoch 1 on two ranks, and resumed one process's epoch 1 for epoch 2
@@ -59,8 +60,8 @@ def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_b
     # and resume the two ranks' checkpoint for epoch 2: 2 -> 4. One process resumes it too: 2 -> 1.
     from scripts import train_mnist
     hosts = tmp_path / "hosts"
-    prepare(hosts / "four_ranks")
-    shutil.copytree(msrun_folder / "ckpt", hosts / "four_ranks" / "from_two")
+    prepare(hosts / FOUR_RANKS)
+    shutil.copytree(msrun_folder / "ckpt", hosts / FOUR_RANKS / "from_two")
     launches = two_hosts(hosts)  # its ranks run beside the single process below
     flags = ["--data-dir", synthetic_mnist_dir, "--no-shuffle", *SHARED_BATCH]
     train_mnist.main([*flags, "--epochs", "2", "--ckpt-dir", str(tmp_path / "single")])

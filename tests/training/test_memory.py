@@ -190,7 +190,7 @@ def test_the_language_model_plans_rows_and_its_windows_equal_the_large_batch(tmp
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("memory")  # tests/tools/train_mnist_worker.memory: --batch-size 4 --micro-batch auto on two ranks
+@pytest.mark.msrun("tests.tools.train_mnist_worker:memory")
 def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthetic_mnist_dir, msrun_folder,
                                                                         train_mnist_run):
     rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))

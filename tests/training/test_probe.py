@@ -96,7 +96,7 @@ def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(synthetic_m
 
 
 @pytest.mark.slow  # msrun: two ranks, and one process to compare with
-@pytest.mark.msrun("probe")
+@pytest.mark.msrun("tests.tools.train_mnist_worker:probe")
 def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
                                                                            tmp_path, train_mnist_run):
     # The ranks ran the tool as tests/tools/train_mnist_worker.probe does: --batch-size 4 --accumulate-step auto

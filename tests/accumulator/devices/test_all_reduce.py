@@ -24,7 +24,7 @@ def single_process_reference(samples_per_window):
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("distributed")
+@pytest.mark.msrun("tests.accumulator.devices.all_reduce_worker:main")
 @pytest.mark.parametrize("weighting, sizes", [("mean", (4, 4)), ("count", (5, 3))])
 def test_two_workers_equal_one_process_on_their_union(rank_results, weighting, sizes):
     ranks = rank_results[weighting]

@@ -220,7 +220,7 @@ def test_data_parallel_ranks_pieces_sum_to_the_gradient_of_the_gathered_loss():
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("whole_batch")  # whole_batch_worker.py
+@pytest.mark.msrun("tests.accumulator.drivers.whole_batch_worker:main")
 def test_two_ranks_under_msrun_train_on_the_loss_over_both_ranks_pairs(msrun_folder):
     net = TwoTowers()
     start = weights(net)

@@ -372,7 +372,7 @@ def test_convert_batchnorm_converts_the_plain_layers_once():
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("batchnorm")  # batchnorm_worker.py
+@pytest.mark.msrun("tests.accumulator.policies.batchnorm_worker:main")
 def test_two_ranks_equal_one_process_on_their_union(msrun_folder):
     ranks = [dict(np.load(msrun_folder / f"rank_{rank}.npz")) for rank in range(len(SIZES))]
     for rank in ranks:

@@ -214,7 +214,7 @@ def test_a_reference_that_is_no_positive_number_or_weights_that_are_no_parameter
 
 
 @pytest.mark.slow
-@pytest.mark.msrun("ema")  # tests/accumulator/policies/ema_worker.py: two ranks, counted micro-batches of 5 and 3 rows
+@pytest.mark.msrun("tests.accumulator.policies.ema_worker:main")
 def test_two_ranks_hold_the_same_average_the_large_batchs_without_communicating(msrun_folder):
     from tests.accumulator.policies import ema_worker
     ranks = [dict(np.load(msrun_folder / f"ema_{rank}.npz")) for rank in (0, 1)]
