@@ -91,7 +91,8 @@ def main(argv=None):
         >>> summary = main(["--synthetic", "--epochs", "1", "--batch-size", "200", "--scale-rule", "linear",
         ...                 "--log-json", "run.json", "--plot", "run.png"])
         synthetic MNIST look-alike from ...: 6000 train / 1000 test samples; batch 200 x 2 = effective 400;
-        sgd lr 0.01 for one micro-batch, following N by the linear rule; graph mode on CPU; driver window (a fixed N)
+        sgd lr 0.01 for one micro-batch, following N by the linear rule; graph mode on CPU; driver window (a fixed N:
+        the fastest; --driver host holds less memory)
         compiled the train step in ... s
         epoch 1/1: train loss ..., test accuracy ...%, test loss ..., ... samples/s, ... s; N 2, lr 0.02
         best test accuracy ...% (epoch 1), final ...%; ... samples/s; effective batch 400 (200 x 2), 15 updates

@@ -658,7 +658,8 @@ def _driver_description(run, config):
     if run.driver == WINDOW_STEP:
         why = "N set between windows" if config.accumulate_step == AUTO else "a fixed N"
         uneven = "" if config.last_micro_batch is None else ", a smaller last micro-batch in the same call"
-        return f"driver window ({why}{uneven})"
+        # The fastest, and not the leanest (BENCHMARKS.md#peak-memory-each-driver-on-both-tools): the line says both.
+        return f"driver window ({why}{uneven}: the fastest; --driver host holds less memory)"
     tensors = len(run.optimizer.parameters)
     bound = "at most" if run.driver == "in-graph" else "more than"
     return f"driver {run.driver} (N changes in the graph; {tensors} parameter tensors, {bound} {FEW_TENSORS})"

@@ -98,7 +98,7 @@ def test_learns_synthetic_data_logs_json_and_refuses_an_inexact_resume(tmp_path,
     assert summary["effective_batch_size"] == 64
     assert summary["updates"] == 2 * -(-6000 // 64)
     assert "epoch 2/2: train loss" in out and "best test accuracy" in out and "effective batch 64 (32 x 2)" in out
-    assert "; driver window (a fixed N)\n" in out  # --driver auto's pick, said once
+    assert "; driver window (a fixed N: the fastest; --driver host holds less memory)\n" in out  # --driver auto's pick, said once
 
     logged = json.loads(log.read_text())
     assert logged["summary"] == pytest.approx(summary)
