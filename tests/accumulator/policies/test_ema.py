@@ -140,9 +140,13 @@ def test_a_changing_counted_window_moves_by_decay_to_its_weight_over_the_referen
     np.testing.assert_allclose(ema.average[0].asnumpy(), average, rtol=1e-6)
 
 
-def test_a_skipped_window_and_an_empty_flush_leave_the_average_and_the_first_window_sets_the_reference():
-    net, accumulator, ema, micro_step = scale_run(accumulate_step=2)
-    for x in ([1.0, 1.0], [1.0, 1.0], [np.nan, 1.0], [1.0, 1.0]):
+# The second window is skipped as non-finite, or as a spike: its norm, about 500, is over 10 times the first's, 1.4.
+@pytest.mark.parametrize("bad, skip_options", [(np.nan, {}), (1000.0, {"spike_factor": 10, "spike_warmup": 1})],
+                         ids=["nonfinite", "spike"])
+def test_a_skipped_window_and_an_empty_flush_leave_the_average_and_the_first_window_sets_the_reference(
+        bad, skip_options):
+    net, accumulator, ema, micro_step = scale_run(accumulate_step=2, **skip_options)
+    for x in ([1.0, 1.0], [1.0, 1.0], [bad, 1.0], [1.0, 1.0]):
         micro_step(Tensor(x, ms.float32), None)
         accumulator.step()
     after_one = ema.average[0].asnumpy().copy()
