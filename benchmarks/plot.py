@@ -93,8 +93,9 @@ def plot_ema(windows, path, names):
     """Writes the moving average's horizon beside N per tool (``benchmarks.ema``) to ``path`` (PNG).
 
     ``windows``: ``{(tool, seed): benchmarks.ema.horizons(log)}``; ``names``: each tool's title. One column per
-    tool: above, each window over the first (N for whole windows); below, the average's horizon after each window
-    and, dashed, a fixed decay per update's. Returns False, after a line on stderr, when matplotlib is not installed.
+    tool: above, each window over the first (kappa: N over the first N, for whole windows); below, the average's
+    horizon after each window and, dashed, a fixed decay per update's. Returns False, after a line on stderr, when
+    matplotlib is not installed.
 
     Example:
         >>> import os, tempfile
@@ -121,11 +122,11 @@ def plot_ema(windows, path, names):
             below.plot(seen, [window["fixed_horizon"] for window in run], linestyle="--", color=line.get_color(),
                        label=f"seed {seed}: a fixed decay")
         above.set_title(names[tool])
-        above.set_ylabel("window / first window (N)")
+        above.set_ylabel("kappa: window / first window")
         above.legend(fontsize=8)
         below.set_yscale("log")
         below.set_ylabel("horizon: window / (1 - rho)")
-        below.set_xlabel("trained so far")
+        below.set_xlabel("trained so far (samples or tokens)")
         below.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
