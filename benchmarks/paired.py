@@ -124,6 +124,8 @@ def format_summary(results):
         >>> print(format_summary([dict(net="deep48", tensors=48, block_ms=block_ms)]))
         net       tensors  plain           micro floor     two-graph floor recommended     window          first example   accumulator(grads) unchecked       tutorial        tutorial_skip   boost           EMA / window    window cost
         deep48         48  1.00x (1.00x)                                   0.85x (0.80x)
+        >>> print(format_summary([dict(net="lm", tensors=28, block_ms={"window": [2.0], "window_ema": [2.1]})])[-13:])
+        1.05x (1.05x)
     """
     headings = [heading for heading, _, _ in SUMMARY] + ["window cost"]
     lines = [f"{'net':9} {'tensors':>7}  " + " ".join(f"{heading:15}" for heading in headings).rstrip()]
