@@ -45,7 +45,12 @@ def command(tool, seed, decay, log, data_dir):
 
 
 def run_tool(tool, seed, decay, timeout=TIMEOUT):
-    """Runs one tool once in a scratch folder; returns its JSON log, or ``{"error": the output's tail}``."""
+    """Runs one tool once in a scratch folder; returns its JSON log, or ``{"error": the output's tail}``.
+
+    Example:
+        >>> round(run_tool("mnist", 0, 0.97)["epochs"][-1]["trained_test_loss"], 4)  # 20 s  # doctest: +SKIP
+        0.0167
+    """
     with tempfile.TemporaryDirectory(prefix="ema_") as scratch:
         log = os.path.join(scratch, "run.json")
         try:
