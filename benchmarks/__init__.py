@@ -11,6 +11,7 @@ from one contender into the next. The modules, in the order a run uses them:
   alternating over the repeats; ``worker`` times one configuration;
 * ``paired``: the contenders in one process, block by block in turn;
 * ``end_to_end``: the training tools' epochs against their own compiled step;
+* ``ema``: the tools' weights' average, with and without, and its horizon beside N;
 * ``report`` and ``plot``: the rows, the table, the JSON and the PNG.
 
 ``scripts/benchmark.py`` is the command line over these.

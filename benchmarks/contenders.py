@@ -321,16 +321,29 @@ def _stacked_window(spec):
             ops.reshape(x, (n, b) + x.shape[1:]), ops.reshape(y, (n, b) + y.shape[1:]))
 
 
-@register("window", "accumulator.drivers.window.make_window_step: a whole window per jitted call (while loop)",
-          modes=("graph",))
-def _build_window(spec):
+def _window(spec, average=False):
+    """The window step over one stacked window; ``average``: with the weights' moving average (decay 0.99)."""
     from accumulator import Accumulator
     from accumulator import make_window_step
+    from accumulator.policies import EMA
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    accumulator = Accumulator(optimizer, spec["accumulate"])
+    accumulator = Accumulator(optimizer, spec["accumulate"],
+                              policies=[EMA(optimizer.parameters, 0.99)] if average else [])
     window_step = make_window_step(grad_fn, accumulator)
     return Runner(lambda: window_step(x, y), x.shape[0] * x.shape[1], _nbytes(accumulator.state_parameters()),
                   _nbytes(optimizer.parameters), _ms_sync, _ms_weights(optimizer))
+
+
+@register("window", "accumulator.drivers.window.make_window_step: a whole window per jitted call (while loop)",
+          modes=("graph",))
+def _build_window(spec):
+    return _window(spec)
+
+
+@register("window_ema", "the window step with the weights' moving average, accumulator.policies.EMA (decay 0.99), "
+          "moved once a window: its cost beside window's (docs/ema.md#what-it-costs)", modes=("graph",))
+def _build_window_ema(spec):
+    return _window(spec, average=True)
 
 
 @register("first_example", "docs/window-step.md's first example: each window as the pipeline yields it (numpy), cut "

@@ -90,7 +90,7 @@ SUMMARY = (("plain", "plain_micro", "plain_micro"), ("micro floor", "micro_floor
            ("window", "window", "plain_micro"), ("first example", "first_example", "plain_micro"),
            ("accumulator(grads)", "accumulator", "plain_micro"), ("unchecked", "accumulator_unchecked", "plain_micro"),
            ("tutorial", "tutorial", "plain_micro"), ("tutorial_skip", "tutorial_skip", "plain_micro"),
-           ("boost", "boost", "plain_micro"))
+           ("boost", "boost", "plain_micro"), ("EMA / window", "window_ema", "window"))
 
 
 def window_cost(block_ms):
@@ -116,14 +116,16 @@ def window_cost(block_ms):
 def format_summary(results):
     """One line per net: its tensors, each contender's time per micro-step against the plain step, the window's cost.
 
-    Medians of the paired ratios, the fastest blocks' ratio in brackets; the
-    last, ``window cost``, is ``window_cost`` (against the apply floor).
+    Medians of the paired ratios, the fastest blocks' ratio in brackets; ``EMA / window`` is the window step with
+    the weights' average against without it; the last, ``window cost``, is ``window_cost`` (against the apply floor).
 
     Example:
         >>> block_ms = {"plain_micro": [2.0, 2.0], "recommended": [1.6, 1.8]}
         >>> print(format_summary([dict(net="deep48", tensors=48, block_ms=block_ms)]))
-        net       tensors  plain           micro floor     two-graph floor recommended     window          first example   accumulator(grads) unchecked       tutorial        tutorial_skip   boost           window cost
+        net       tensors  plain           micro floor     two-graph floor recommended     window          first example   accumulator(grads) unchecked       tutorial        tutorial_skip   boost           EMA / window    window cost
         deep48         48  1.00x (1.00x)                                   0.85x (0.80x)
+        >>> print(format_summary([dict(net="lm", tensors=28, block_ms={"window": [2.0], "window_ema": [2.1]})])[-13:])
+        1.05x (1.05x)
     """
     headings = [heading for heading, _, _ in SUMMARY] + ["window cost"]
     lines = [f"{'net':9} {'tensors':>7}  " + " ".join(f"{heading:15}" for heading in headings).rstrip()]

@@ -1,4 +1,4 @@
-"""The benchmarks' figures: throughput and peak memory against effective batch; the end-to-end bars."""
+"""The benchmarks' figures: throughput and memory against effective batch; end-to-end bars; the average's horizon."""
 import sys
 
 from benchmarks.configs import SWEPT
@@ -83,6 +83,51 @@ def plot_end_to_end(rows, path, label):
             bars.text(row["samples_per_s"], index, f" {row['vs_ceiling']:.2f}x", va="center", fontsize=8)
     bars.invert_yaxis()
     bars.set_xlabel("samples/s, median steady epoch\n(beside the bars: against the fastest driver on Tensors in memory)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def plot_ema(windows, path, names):
+    """Writes the moving average's horizon beside N per tool (``benchmarks.ema``) to ``path`` (PNG).
+
+    ``windows``: ``{(tool, seed): benchmarks.ema.horizons(log)}``; ``names``: each tool's title. One column per
+    tool: above, each window over the first (kappa: N over the first N, for whole windows); below, the average's
+    horizon after each window and, dashed, a fixed decay per update's. Returns False, after a line on stderr, when
+    matplotlib is not installed.
+
+    Example:
+        >>> import os, tempfile
+        >>> window = dict(seen=32, kappa=1.0, horizon=3200.0, fixed_horizon=3200.0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "ema.png")
+        >>> plot_ema({("mnist", 0): [window, dict(window, seen=96)]}, path, {"mnist": "MNIST"})
+        True
+        >>> os.path.getsize(path) > 0
+        True
+    """
+    plt = _pyplot()
+    if plt is None:
+        return False
+    tools = list(dict.fromkeys(tool for tool, _ in windows))
+    figure, axes = plt.subplots(2, len(tools), figsize=(6 * len(tools), 7), sharex="col", squeeze=False)
+    for column, tool in enumerate(tools):
+        above, below = axes[0][column], axes[1][column]
+        for (name, seed), run in windows.items():
+            if name != tool:
+                continue
+            seen = [window["seen"] for window in run]
+            above.step(seen, [window["kappa"] for window in run], where="post", label=f"seed {seed}")
+            line, = below.plot(seen, [window["horizon"] for window in run], label=f"seed {seed}: decay ** kappa")
+            below.plot(seen, [window["fixed_horizon"] for window in run], linestyle="--", color=line.get_color(),
+                       label=f"seed {seed}: a fixed decay")
+        above.set_title(names[tool])
+        above.set_ylabel("kappa: window / first window")
+        above.legend(fontsize=8)
+        below.set_yscale("log")
+        below.set_ylabel("horizon: window / (1 - rho)")
+        below.set_xlabel("trained so far (samples or tokens)")
+        below.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

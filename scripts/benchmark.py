@@ -18,6 +18,7 @@ Examples:
     python scripts/benchmark.py --paired --nets mnist,deep48,deep128,lm --optimizer adam -B 16 -N 4 \\
         --contenders plain_micro,micro_floor,recommended,apply_floor,window,accumulator,tutorial,boost
     python scripts/benchmark.py --end-to-end          # train_mnist.py's epochs against its own step
+    python scripts/benchmark.py --ema --json ema.json --plot docs/ema_horizon.png  # the average in both tools
 
 Earlier harnesses (single kernels, the profiler, compile times, packing,
 scaling rules, whole-batch memory) are in the git history: BENCHMARKS.md
@@ -86,7 +87,11 @@ def parse_args(argv=None):
                         help="time the --contenders (graph mode, blocking runtime) in one process per net, "
                              "block by block in turn, each against the first: for ratios within a few percent")
     parser.add_argument("--tools", default=",".join(STEPS), type=name_list(STEPS),
-                        help="with --end-to-end: comma list of " + ", ".join(STEPS))
+                        help="with --end-to-end or --ema: comma list of " + ", ".join(STEPS))
+    parser.add_argument("--ema", action="store_true",
+                        help="run each tool (--tools) with --ema and --accumulate-step auto, seeds 0 and 1: the "
+                             "validation loss with and without the weights' average, its horizon beside N "
+                             "(--plot), then stop")
     parser.add_argument("--quick", action="store_true",
                         help="short run: graph mode, 1 repeat, 0.5 s per worker, small sweep "
                              "(--end-to-end: 1 repeat of 3 epochs)")
@@ -113,6 +118,9 @@ def main(argv=None):
         0
     """
     args = parse_args(argv)
+    if args.ema:
+        from benchmarks.ema import report as report_ema
+        return report_ema(tuple(args.tools), json_path=args.json, plot_path=args.plot)
     if args.end_to_end:
         from benchmarks.end_to_end import report
         return report(args.batch, args.accumulate, args.epochs, args.repeats, args.data_dir, args.device_target,

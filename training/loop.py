@@ -492,7 +492,8 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     "seconds"}``, the first three over all ranks (added once, at the
     epoch's end), and with ``run.critical`` "probes": the window's probes
     in the epoch (``training.probe``), placed by ``seen``, what the run
-    counted before it.
+    counted before it; with ``--ema`` "ema_windows" (each window's count,
+    in order, times the ranks) and "ema_reference" (the average's).
 
     Example:
         >>> from training.config import TrainConfig
@@ -507,6 +508,7 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
     kept = window_slices(n, config.batch_size, config.first_step, config.last_micro_batch, drop_short=True)
     total = sum(stop - start for window in kept for start, stop in window) if config.drop_last else n
     loss_sum, counted, samples = 0.0, 0, 0
+    weights = []  # each window's count, for the average's horizon (docs/ema.md#in-the-tools)
     trained = functools.partial(train_on_windows, run, sizes=set(rank_sizes(config)),
                                 accumulate_step=rank_steps(config), count=task.count)
     probes = []
@@ -525,17 +527,21 @@ def train_epoch(run, task, config, epoch, progress=True, seen=0):
             loss_sum += window_loss
             counted += window_counted
             samples += window_samples
+            weights.append(window_counted * config.ranks)
             bar.set_postfix(loss=f"{loss_sum / counted:.4f}", refresh=False)
             bar.update(window_samples)
     seconds = time.perf_counter() - started
-    probed = {"probes": probes} if run.critical is not None else {}
+    logged = {"probes": probes} if run.critical is not None else {}
+    ema = run.accumulator.find(EMA)
+    if ema is not None:
+        logged.update(ema_windows=weights, ema_reference=float(ema.reference))
     if config.distributed:  # every rank's share of the epoch, added once: shares may differ by a sample a window
         loss_sum = float(ops.AllReduce()(ms.Tensor([loss_sum], ms.float32)).asnumpy()[0])
         # Gathered, not reduced: the CPU's AllReduce takes floats only, and float32 would round past 2**24.
         shares = ops.AllGather()(ms.Tensor([[samples, counted]], ms.int32)).asnumpy()
         samples, counted = (int(total) for total in shares.sum(axis=0))
     return {"train_loss": loss_sum / max(counted, 1), "samples": samples, "counted": counted, "seconds": seconds,
-            **probed}
+            **logged}
 
 
 def epoch_windows(config, task, epoch):

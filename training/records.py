@@ -6,8 +6,8 @@ A run keeps a *history*, one record per epoch: ``{"epoch", "train_loss",
 language model's tokens), "updates" (so far), "ranks" (that trained the epoch)}``, and
 ``"noise_scale"``, ``"accumulate_step"`` (N at the epoch's end) and ``"effective_batch_size"`` when the run tracks the
 gradient noise scale; ``"probes"`` with ``--accumulate-step auto`` (``training.probe``); with ``--ema`` the test
-results are the weights' moving average's, and ``"trained_test_accuracy"``, ``"trained_test_loss"`` the trained
-weights' (docs/ema.md#in-the-tools).
+results are the weights' moving average's, ``"trained_test_accuracy"``, ``"trained_test_loss"`` the trained
+weights', ``"ema_windows"`` each window's count and ``"ema_reference"`` the average's (docs/ema.md#in-the-tools).
 Everything here is computed from it.
 """
 import json

@@ -11,10 +11,14 @@ from tests.accumulator.helpers import sweep
 
 TABLE_ROWS = sorted(default_contenders())
 FLOORS = sorted(set(CONTENDERS) - set(TABLE_ROWS))
+# The window row with a policy added (tests/accumulator/policies/test_ema.py tests the policy's window step).
+WITH_POLICY = ["window_ema"]
 
 
-# The fast path trains the table's rows; the floors (--experiments) join in the full suite.
-@pytest.mark.parametrize("name", sweep(TABLE_ROWS + FLOORS, fast=len(TABLE_ROWS)))
+# The fast path trains the table's rows; the floors (--experiments) and the window row with a policy join in the full
+# suite.
+@pytest.mark.parametrize("name", sweep(sorted(set(TABLE_ROWS) - set(WITH_POLICY)) + WITH_POLICY + FLOORS,
+                                       fast=len(TABLE_ROWS) - len(WITH_POLICY)))
 def test_every_contender_trains_one_window_on_a_tiny_net(name):
     spec = dict(hidden=8, batch=4, accumulate=2, mode="graph", device_target="CPU")
     runner = CONTENDERS[name].build(spec)

@@ -37,8 +37,14 @@ def test_evaluation_reads_the_average_the_log_keeps_both_losses_and_resume_keeps
     common = dict(mode="pynative", epochs=2, batch_size=2, accumulate_step=2, lr=0.5, ema=0.5)
     _, run = train(TrainConfig(**common, ckpt_dir=str(tmp_path / "whole"), log_json=str(tmp_path / "run.json")),
                    toy_task(), progress=False)
-    last = json.load(open(tmp_path / "run.json"))["epochs"][-1]
+    history = json.load(open(tmp_path / "run.json"))["epochs"]
+    last = history[-1]
     assert last["test_loss"] != last["trained_test_loss"]
+    # Each window's count, for the average's horizon: the epoch's windows, the first of the run its reference.
+    for record, before in zip(history, [0] + [record["updates"] for record in history]):
+        assert len(record["ema_windows"]) == record["updates"] - before
+        assert sum(record["ema_windows"]) == record["counted"]
+        assert record["ema_reference"] == history[0]["ema_windows"][0] == 4
     assert evaluate(run, toy_task())["test_loss"] == last["trained_test_loss"]  # the trained weights are back
     with run.accumulator.find(EMA).averaged():
         assert evaluate(run, toy_task())["test_loss"] == last["test_loss"]

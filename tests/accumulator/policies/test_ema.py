@@ -141,14 +141,16 @@ def test_a_changing_counted_window_moves_by_decay_to_its_weight_over_the_referen
 
 
 def test_a_skipped_window_and_an_empty_flush_leave_the_average_and_the_first_window_sets_the_reference():
-    net, accumulator, ema, micro_step = scale_run(accumulate_step=2)
-    for x in ([1.0, 1.0], [1.0, 1.0], [np.nan, 1.0], [1.0, 1.0]):
+    # The second window is skipped as non-finite, the third as a spike: its norm, about 500, is over 10 times the
+    # first's, 1.4.
+    net, accumulator, ema, micro_step = scale_run(accumulate_step=2, spike_factor=10, spike_warmup=1)
+    for x in ([1.0, 1.0], [1.0, 1.0], [np.nan, 1.0], [1.0, 1.0], [1000.0, 1.0], [1.0, 1.0]):
         micro_step(Tensor(x, ms.float32), None)
         accumulator.step()
     after_one = ema.average[0].asnumpy().copy()
     np.testing.assert_allclose(after_one, [-(1 - DECAY)] * 2, rtol=1e-6)
     ms.jit(accumulator.flush)()
-    assert (int(accumulator.skipped_windows), int(accumulator.update_count), int(ema.moves)) == (1, 1, 1)
+    assert (int(accumulator.skipped_windows), int(accumulator.update_count), int(ema.moves)) == (2, 1, 1)
     assert float(ema.reference) == 2.0
     np.testing.assert_array_equal(ema.average[0].asnumpy(), after_one)
 
