@@ -167,7 +167,7 @@ class ScaleRule:
         """Nothing to sum across devices: the rule reads N and the noise averages, already reduced."""
         return ()
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         """Sets the hyperparameters for the closing window's N and, when it is applied, advances ``progress``.
 
         Runs in the accumulator's close, before the window's update: N is
@@ -188,7 +188,7 @@ class ScaleRule:
             ops.assign(beta2, ops.maximum(1.0 - kappa * (1.0 - tuned2), 0.0))
             ops.assign(eps, tuned_eps / ops.sqrt(kappa))
         ops.assign(self.lr_scale, scale)
-        return ops.assign_add(self.progress, ops.select(window["applied"], advance, ZERO_FLOAT))
+        return ops.assign_add(self.progress, ops.select(summary["applied"], advance, ZERO_FLOAT))
 
     def _gain(self, kappa):
         """AdaScale's r for ``kappa``, 1 while the averages hold no estimate; the averages' bias corrections cancel."""

@@ -10,7 +10,7 @@ and spike skipping, noise tracking and BatchNorm's window statistics are
 each one policy, in a module of their own; write your own by subclassing
 ``Policy`` (docs/policies.md).
 
-The window summary handed to ``factor``, ``gate`` and ``close_window`` is a
+The window's summary handed to ``factor``, ``gate`` and ``close_window`` (``summary``) is a
 dict of Tensors, each computed once however many policies read it:
 
 * ``"norm"``: the global norm of the window's gradient as the optimizer would
@@ -47,10 +47,10 @@ class Policy:
 
     * ``unscale()``: a scalar the window's sum is multiplied by to undo what the
       gradients carry (a loss scale), before the summary;
-    * ``factor(window)``: a scalar the update is multiplied by (clipping);
-    * ``gate(window)``: a bool Tensor, False to skip the window;
-    * ``close_window(tensors, window)``: the window's end, its own
-      ``window_tensors()`` reduced across devices; ``window["applied"]``
+    * ``factor(summary)``: a scalar the update is multiplied by (clipping);
+    * ``gate(summary)``: a bool Tensor, False to skip the window;
+    * ``close_window(tensors, summary)``: the window's end, its own
+      ``window_tensors()`` reduced across devices; ``summary["applied"]``
       says whether the update runs. It must not branch on Tensors (use
       ``ops.select``).
 
@@ -70,8 +70,8 @@ class Policy:
         ...         self.skips = Parameter(Tensor(0, ms.int32), name="skips", requires_grad=False)
         ...     def state_parameters(self):
         ...         return [self.skips]
-        ...     def close_window(self, tensors, window):
-        ...         ops.assign_add(self.skips, ops.logical_not(window["applied"]).astype(ms.int32))
+        ...     def close_window(self, tensors, summary):
+        ...         ops.assign_add(self.skips, ops.logical_not(summary["applied"]).astype(ms.int32))
         >>> net = nn.Dense(3, 1)
         >>> accumulator = Accumulator(nn.SGD(net.trainable_params(), 0.1), 2, policies=[CountSkips()])
         >>> _ = accumulator.accumulate(tuple(ops.ones_like(p) for p in net.trainable_params()))
@@ -103,13 +103,13 @@ class Policy:
     def unscale(self):
         return None
 
-    def factor(self, window):
+    def factor(self, summary):
         return None
 
-    def gate(self, window):
+    def gate(self, summary):
         return None
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         return None
 
     def after_update(self):
@@ -121,7 +121,7 @@ def takes_part(policy, hook):
 
     Example:
         >>> class Clip(Policy):
-        ...     def factor(self, window):
+        ...     def factor(self, summary):
         ...         return 0.5
         >>> takes_part(Clip(), "factor"), takes_part(Clip(), "gate")
         (True, False)

@@ -120,7 +120,7 @@ class _WindowMoments(Policy):
         column = self.row.reshape((-1, 1))
         return (self.row * self.samples, column * self.shift, column * self.mean, self.m2)
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         counts, shifts, offsets, m2 = tensors
         total = counts.sum()
         counts = counts.reshape((-1, 1))
@@ -131,7 +131,7 @@ class _WindowMoments(Policy):
         # BatchNorm's moving variance is the unbiased one (n - 1), n the
         # values per channel; a layer that saw nothing this window keeps
         # its statistics (a count of 0 makes the values above NaN, never chosen).
-        update = ops.logical_and(window["applied"], total > 0)
+        update = ops.logical_and(summary["applied"], total > 0)
         _blend(self.moving_mean, reference + offset, self.momentum, update)
         _blend(self.moving_variance, m2 / (total - 1.0), self.momentum, update)
         for state in self.state_parameters():

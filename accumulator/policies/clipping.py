@@ -26,5 +26,5 @@ class ClipNorm(Policy):
             raise ValueError(f"clip_norm must be a positive number or None, got {max_norm!r}")
         self.max_norm = float(max_norm)
 
-    def factor(self, window):
-        return self.max_norm / ops.maximum(window["norm"], self.max_norm)
+    def factor(self, summary):
+        return self.max_norm / ops.maximum(summary["norm"], self.max_norm)

@@ -71,8 +71,8 @@ class EMA(Policy):
     def state_parameters(self):
         return list(self.average) + [self.reference, self.moves]
 
-    def close_window(self, tensors, window):
-        return ops.assign(self.window_weight, window["total"])
+    def close_window(self, tensors, summary):
+        return ops.assign(self.window_weight, summary["total"])
 
     def after_update(self):
         reference = ops.select(self.reference > 0, self.reference, self.window_weight)

@@ -41,12 +41,12 @@ class LossScaling(Policy):
     def unscale(self):
         return 1.0 / self.scaler.scale_value
 
-    def gate(self, window):
-        return window["finite"]
+    def gate(self, summary):
+        return summary["finite"]
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         before = [value * 1 for value in self.scaler_state]
-        self.scaler.adjust(window["finite"])
+        self.scaler.adjust(summary["finite"])
         # An empty window is neither a good step nor an overflow: put back what adjust changed.
         for value, old in zip(self.scaler_state, before):
-            ops.assign(value, ops.select(window["nonempty"], value, old))
+            ops.assign(value, ops.select(summary["nonempty"], value, old))

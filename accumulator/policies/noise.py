@@ -122,13 +122,13 @@ class NoiseTracker(Policy):
         ops.assign_add(self.inverse_sizes, ops.select(kept, ONE_FLOAT * weight, ZERO_FLOAT))
         return ops.assign_add(self.micro_batches, kept.astype(ms.float32))
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         """Folds the window into the averages when it is applied and has two batch sizes to compare."""
         squares, inverse_sizes, samples, micro_batches = tensors
-        norm = window["norm"]
+        norm = summary["norm"]
         window_squared_norm = norm * norm
         # The squares hold the loss scale², the norm does not.
-        unscale = window["unscale"]
+        unscale = summary["unscale"]
         if self.centered:
             # Summed over devices: each device's distance over its spread.
             spread = inverse_sizes
@@ -140,7 +140,7 @@ class NoiseTracker(Policy):
         # One micro-batch of one size has no second batch size to compare
         # with: spread is 0 and the estimates are not numbers; with no
         # sampled micro-batch (a flushed partial window) they are 0 / 0.
-        usable = ops.logical_and(window["applied"], spread > 0)
+        usable = ops.logical_and(summary["applied"], spread > 0)
         ops.assign(self.trace, ops.select(usable, NOISE_DECAY * self.trace + (1 - NOISE_DECAY) * trace, self.trace))
         ops.assign(self.gradient, ops.select(usable, NOISE_DECAY * self.gradient + (1 - NOISE_DECAY) * gradient,
                                              self.gradient))

@@ -21,8 +21,8 @@ class SkipNonFiniteWindows(Policy):
 
     needs_finite = True
 
-    def gate(self, window):
-        return window["finite"]
+    def gate(self, summary):
+        return summary["finite"]
 
 
 @ms.jit_class
@@ -60,5 +60,5 @@ class SkipNonFiniteMicroBatches(Policy):
     def count(self, steps, weight, kept):
         return ops.assign_add(self.dropped_micro_batches, steps - kept)
 
-    def gate(self, window):
-        return ops.logical_and(window["finite"], window["total"] > 0)
+    def gate(self, summary):
+        return ops.logical_and(summary["finite"], summary["total"] > 0)

@@ -40,14 +40,14 @@ class SkipSpikes(Policy):
     def state_parameters(self):
         return [self.norm_average, self.norm_windows]
 
-    def gate(self, window):
+    def gate(self, summary):
         windows = self.norm_windows.astype(ms.float32)
         average = self.norm_average / (1 - ops.pow(Tensor(NORM_DECAY, ms.float32), windows))
-        spike = ops.logical_and(self.norm_windows >= self.warmup, window["norm"] > self.spike_factor * average)
+        spike = ops.logical_and(self.norm_windows >= self.warmup, summary["norm"] > self.spike_factor * average)
         return ops.logical_not(spike)
 
-    def close_window(self, tensors, window):
-        applied, norm = window["applied"], window["norm"]
+    def close_window(self, tensors, summary):
+        applied, norm = summary["applied"], summary["norm"]
         # select, not arithmetic on the flag: a NaN norm must not reach the mean.
         absorbed = NORM_DECAY * self.norm_average + (1 - NORM_DECAY) * norm
         ops.assign(self.norm_average, ops.select(applied, absorbed, self.norm_average))

@@ -336,9 +336,9 @@ class WindowLog:
     def window_tensors(self):
         return (self.local,)
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         ops.assign(self.reduced, tensors[0])
-        ops.assign_add(self.applied, window["applied"].astype(ms.int32))
+        ops.assign_add(self.applied, summary["applied"].astype(ms.int32))
 
 
 def test_attached_members_ride_the_reducer_and_hear_of_every_window(graph_mode):

@@ -23,13 +23,13 @@ class Halve(Policy):
     def state_parameters(self):
         return [self.windows]
 
-    def factor(self, window):
+    def factor(self, summary):
         return 0.5
 
-    def gate(self, window):
+    def gate(self, summary):
         return self.windows % 2 == 0
 
-    def close_window(self, tensors, window):
+    def close_window(self, tensors, summary):
         ops.assign_add(self.windows, ops.ones_like(self.windows))
 
 
@@ -75,11 +75,11 @@ class GateBelowTotal:
     def window_tensors(self):
         return ()
 
-    def gate(self, window):
-        return window["total"] >= 3
+    def gate(self, summary):
+        return summary["total"] >= 3
 
-    def close_window(self, tensors, window):
-        ops.assign_add(self.closed, ops.logical_not(window["applied"]).astype(ms.int32))
+    def close_window(self, tensors, summary):
+        ops.assign_add(self.closed, ops.logical_not(summary["applied"]).astype(ms.int32))
 
 
 def test_a_plain_class_policy_compiles_in_the_graph_and_under_step():

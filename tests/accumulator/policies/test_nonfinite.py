@@ -38,8 +38,8 @@ def test_dropped_counts_the_micro_batches_left_out():
 
 @pytest.mark.parametrize("finite, total, applied", [(True, 3.0, True), (True, 0.0, False), (False, 3.0, False)])
 def test_a_window_that_kept_nothing_or_is_not_finite_is_skipped(finite, total, applied):
-    window = {"finite": Tensor(finite), "total": Tensor(total)}
-    assert bool(SkipNonFiniteMicroBatches().gate(window)) is applied
+    summary = {"finite": Tensor(finite), "total": Tensor(total)}
+    assert bool(SkipNonFiniteMicroBatches().gate(summary)) is applied
 
 
 def test_nonfinite_windows_are_skipped_and_later_windows_train():
