@@ -1,7 +1,7 @@
 """The MNIST tool's cases of the suite's msrun launch (tests/msrun.py): scripts/train_mnist.py --distributed on two
 ranks, its checkpoints in ``folder/ckpt``, on the synthetic MNIST ``prepare`` writes (conftest's
 ``synthetic_mnist_dir``'s: 200 train and 100 test samples, seed 0). Read by test_train_mnist_ranks.py
-(``shared_batch``, ``four_ranks``),
+(``shared_batch``, ``four_ranks``, ``dies``),
 tests/training/test_probe.py (``probe``: the adaptive windows) and tests/training/test_memory.py (``memory``).
 """
 import os
@@ -57,6 +57,15 @@ def four_ranks(folder):
 PROBE = ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
          "--batch-size", "4"]
 NOISE = ["--lr", "0.05", "--accumulate-step", "noise", "--batch-size", "3"]
+
+
+def dies(folder):
+    """After ``four_ranks`` in its launches: rank 3 leaves (``os._exit(3)``) as the others start SHARED_BATCH's run
+    and wait for it in their first collective; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    from mindspore.communication import get_rank
+    if get_rank() == 3:
+        os._exit(3)
+    run(folder, SHARED_BATCH, ckpt="dies")
 
 
 def probe(folder):
