@@ -32,6 +32,7 @@ from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
 _END = object()  # what _marking_last draws past the last window
+
 # Evaluation holds no gradients, so it can take much larger batches than training.
 EVAL_BATCH_SIZE = 1000
 
@@ -484,6 +485,7 @@ def _train_last_window(run, window, sizes, counts):
         if held == step:
             if not compiled:
                 run.flush()
+            _follow_updates(run)  # before the rest is applied, as in a window of its own
             held, step = 0, int(run.accumulator.accumulate_step)
     return loss_sum, held
 
