@@ -85,8 +85,9 @@ def check_ckpt_dir(config):
         raise TrainingError(f"--ckpt-dir {config.ckpt_dir} holds another run's checkpoints (newest "
                             f"{os.path.basename(found[0])}): add --resume to continue that run, --overwrite to "
                             "replace it, or choose another --ckpt-dir")
-    # With --micro-batch auto the micro-batch and N are the checkpoint's (training.memory): resume() checks the rest.
-    for path in found if config.resume and config.micro_batch is None else []:
+    # With --micro-batch auto the micro-batch and N are the checkpoint's (training.memory): resume() checks the rest;
+    # under --distributed too, as N x ranks is known once the ranks are (training.context.configure_context).
+    for path in found if config.resume and config.micro_batch is None and not config.distributed else []:
         with contextlib.suppress(*UNREADABLE):  # resume() warns as it skips it
             return check_settings(path, config)
 

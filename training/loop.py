@@ -31,6 +31,8 @@ from training.ranks import rank_sizes, rank_steps, run_steps, whole_on_every_ran
 from training.records import summarize, write_json_log, write_plot
 from training.task import count_rows
 
+_END = object()  # what _marking_last draws past the last window
+
 # Evaluation holds no gradients, so it can take much larger batches than training.
 EVAL_BATCH_SIZE = 1000
 
@@ -424,10 +426,17 @@ def train_on_windows(run, windows, sizes, accumulate_step, count=count_rows):
     """
     fixed = run.critical is None and run.accumulator.schedule.fixed_step is not None
     reduced = run.accumulator.grad_reducer is not None
+    # While N changes in the graph, the epoch's last window may give the ranks unequal numbers of micro-batches.
+    together = reduced and not fixed and run.critical is None
     window = None
-    for window in windows:
+    for window, last in _marking_last(windows) if together else ((window, False) for window in windows):
         counts = [count(labels) for _, labels in window]
-        loss_sum = _train_window(run, window, sizes, accumulate_step, counts)
+        if together and last:
+            loss_sum, held = _train_last_window(run, window, sizes, counts)
+            if held:  # as many on every rank: each applies what is left, some rank's micro-batches
+                run.flush()
+        else:
+            loss_sum = _train_window(run, window, sizes, accumulate_step, counts)
         # Every rank applies each window once, in a compiled call: a rank with fewer micro-batches, or none, or whose
         # window ran op by op (its AllReduce would not meet the others', docs/devices.md), by a flush.
         if fixed and (len(window) < accumulate_step or reduced and int(run.accumulator.micro_step)):
@@ -438,9 +447,47 @@ def train_on_windows(run, windows, sizes, accumulate_step, count=count_rows):
         yield loss_sum, sum(counts), sum(labels.shape[0] for _, labels in window) if samples is None else samples
     # While N changes, only a partial last window needs the flush, on every rank (a rank whose last window is empty
     # too): an empty one on every rank would not change a thing.
-    if not fixed and (int(run.accumulator.micro_step) or window == []):
+    if not fixed and not together and (int(run.accumulator.micro_step) or window == []):
         run.flush()
         _follow_updates(run)
+
+
+def _marking_last(windows):
+    """Each of ``windows`` with whether it is the last (the next is drawn before it is trained)."""
+    iterator = iter(windows)
+    window = next(iterator, _END)
+    for following in iterator:
+        yield window, False
+        window = following
+    if window is not _END:
+        yield window, True
+
+
+def _train_last_window(run, window, sizes, counts):
+    """The epoch's last window on every rank while N changes: each applies where the rank of most micro-batches does.
+
+    Ranks share it by position, so one may hold a micro-batch more (of one
+    row) than another, or a short one run op by op that only adds. Each
+    counts the most micro-batches any rank holds; where that count reaches
+    N, a rank whose compiled step did not apply (it lacks the micro-batch,
+    or only added it) applies by a flush, whose AllReduce meets the others'
+    (docs/devices.md#the-batch-is-the-runs). Returns the window's summed
+    loss and how many micro-batches of the next window every rank counts.
+    """
+    lengths = ops.AllGather()(ms.Tensor([len(window)], ms.int32)).asnumpy()
+    held, step = int(run.accumulator.micro_step), int(run.accumulator.accumulate_step)
+    loss_sum = 0.0
+    for index in range(int(lengths.max())):
+        compiled = index < len(window) and window[index][1].shape[0] in sizes
+        if index < len(window):
+            loss_sum += _train_window(run, window[index:index + 1], sizes, 1, counts[index:index + 1])
+        held += 1
+        if held == step:
+            if not compiled:
+                run.flush()
+            _follow_updates(run)  # before the rest is applied, as in a window of its own
+            held, step = 0, int(run.accumulator.accumulate_step)
+    return loss_sum, held
 
 
 def _train_window(run, window, sizes, accumulate_step, counts):

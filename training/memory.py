@@ -24,7 +24,7 @@ from training.config import ADAPTIVE, AUTO, TrainConfig
 from training.context import configure_context
 from training.errors import TrainingError
 from training.loop import EVAL_BATCH_SIZE, build_run, compile_train_step, epoch_windows, train_on_windows
-from training.ranks import rank_sizes, rank_steps
+from training.ranks import rank_sizes, rank_steps, whole_on_every_rank
 
 # Windows timed per size measured, each on its own, after the one that compiles: a window is the run's unit, and
 # several give the spread within which two sizes' speeds are tied (docs/memory-plan.md#planning-cost).
@@ -45,9 +45,24 @@ def candidate_sizes(batch):
     return default_candidates(batch)
 
 
-def _whole_windows(config, sizes, batch):
-    """``sizes`` that divide ``batch`` when windows must be whole (``TrainConfig.whole_window_reason``), else all."""
-    return [size for size in sizes if batch % size == 0] if config.whole_window_reason else sizes
+def whole_windows(config, size):
+    """True when micro-batches of ``size`` leave every rank's windows whole, or ``config``'s run may have uneven ones.
+
+    Whole: ``size`` divides the batch per update and every rank's part of it
+    (``training.ranks.whole_on_every_rank``); needed when
+    ``TrainConfig.whole_window_reason`` says why. Both the sizes measured
+    and a size given or kept are held to it.
+
+    Example: a batch of 16 per update on 2 ranks, under the linear rule.
+        >>> from training.config import TrainConfig
+        >>> config = TrainConfig(batch_size=16, accumulate_step=1, micro_batch="auto", scale_rule="linear",
+        ...                      distributed=True, ranks=2)
+        >>> [size for size in (2, 4, 6, 8, 16) if whole_windows(config, size)]
+        [2, 4, 8]
+    """
+    if not config.whole_window_reason:
+        return True
+    return config.batch_size % size == 0 and whole_on_every_rank(planned(config, size, config.batch_size))
 
 
 def tool_step(size, config, batch, make_task, task_args):
@@ -127,9 +142,13 @@ def plan_run(config, make_task, task_args):
     measured_config = dataclasses.replace(config, micro_batch=None, memory_budget=None, distributed=False, rank=0,
                                        ranks=1, resume=False, overwrite=False, ckpt_dir=None, keep_checkpoints=None,
                                        log_json=None, plot=None, check=False)
+    candidates = [size for size in candidate_sizes(batch) if whole_windows(config, size)]
+    if not candidates:
+        raise TrainingError(in_flags(f"{config.whole_window_reason}; no micro-batch makes whole windows of "
+                                     f"--batch-size {config.batch_size} on each of {config.ranks} ranks: pass one "
+                                     f"that divides by {config.ranks}", ("driver", "scale_rule")))
     try:
-        plan, failed = plan_micro_batch(tool_step, batch, _budget(config),
-                                        candidates=_whole_windows(config, candidate_sizes(batch), batch),
+        plan, failed = plan_micro_batch(tool_step, batch, _budget(config), candidates=candidates,
                                         args=(measured_config, batch, make_task, task_args),
                                         device=config.device_target, steps=TIMED_WINDOWS, window=True), None
     except PlanError as error:
@@ -165,7 +184,7 @@ def _given(config, size, batch):
 
 def _refuse_uneven(config, size, why):
     """A ``TrainingError`` in one line when ``size`` leaves some rank's windows uneven and the run needs whole ones."""
-    if config.whole_window_reason and config.batch_size % (size * config.ranks):  # not whole_on_every_rank
+    if not whole_windows(config, size):
         raise TrainingError(in_flags(f"{config.whole_window_reason}; {why}", ("driver", "scale_rule")))
 
 

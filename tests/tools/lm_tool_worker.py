@@ -1,7 +1,8 @@
 """The train_lm case of the suite's msrun launch (tests/msrun.py), read by test_train_lm.py.
 
 scripts/train_lm.py on two ranks (batch 4 each), once per packing, one run after the other in the same ranks,
-on the small synthetic text the tests use (3,000 bytes), which ``prepare`` writes before the launch.
+on the small synthetic text the tests use (3,000 bytes), which ``prepare`` writes before the launch; then the run
+moved from one process to two ranks (``MOVED``).
 """
 import contextlib
 import os
@@ -40,9 +41,21 @@ def prepare(folder):
         training.lm.prepare_text(os.path.join(folder, TEXT), synthetic=True, url=None, stack=stack)
 
 
+# The packing whose run moves between 1 and 2 ranks: one process's epoch 1 resumed on both for epoch 2.
+MOVED = "--no-packing"
+
+
 def main(folder):
-    """Each packing's run, its checkpoints in ``folder/<packing>/``."""
+    """Each packing's run, its checkpoints in ``folder/<packing>/``; then on each rank alone one process's epoch 1
+    of MOVED (``folder/alone_<rank>/``, N 4) resumed by both ranks for epoch 2 (N 2 each): 1 -> 2 ranks."""
+    import mindspore as ms
+    from mindspore.communication import get_rank
     with small_synthetic_text():
         for packing in PACKINGS:
             train_lm.main([*two_rank_flags(os.path.join(folder, TEXT), packing), "--batch-size", "4",
                            "--distributed", "--ckpt-dir", os.path.join(folder, packing)])
+        ms.reset_auto_parallel_context()  # one process's run: no data parallel
+        alone = ["--batch-size", "4", "--ckpt-dir", os.path.join(folder, f"alone_{get_rank()}")]
+        train_lm.main([*two_rank_flags(os.path.join(folder, TEXT), MOVED, accumulate_step=4), *alone])
+        train_lm.main([*two_rank_flags(os.path.join(folder, TEXT), MOVED), *alone, "--epochs", "2", "--resume",
+                       "--distributed"])

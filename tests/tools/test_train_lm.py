@@ -274,6 +274,11 @@ def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, s
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
     # N is a rank's: 2 micro-batches of the window's 4.
     assert (int(ranks.pop("accumulator.accumulate_step")), int(single.pop("accumulator.accumulate_step"))) == (2, 4)
+    assert_like_one_process(ranks, single)
+
+
+def assert_like_one_process(ranks, single):
+    """The ranks' checkpoint tensors equal one process's to float tolerance, the key bias's but."""
     for name, value in single.items():
         if name.endswith("attention.qkv.bias"):
             # The key bias's gradient is 0 (softmax ignores a shift shared by a query's scores): AdamW (eps 1e-8)
@@ -281,3 +286,27 @@ def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, s
             width = lm_tool_worker.WIDTH
             value, ranks[name] = (np.delete(array, np.s_[width:2 * width]) for array in (value, ranks[name]))
         np.testing.assert_allclose(ranks[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.msrun("tests.tools.lm_tool_worker:main")
+def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, small_synthetic, msrun_folder):
+    # The launch trained MOVED's epoch 1 on two ranks (N 2 each), and resumed one process's epoch 1 (N 4) on both
+    # for epoch 2: 1 -> 2. Here one process resumes the two ranks' epoch 1 (N 4): 2 -> 1; both end as one process's
+    # two epochs do.
+    moved = lm_tool_worker.MOVED
+    flags = [*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, moved, accumulate_step=4),
+             "--batch-size", "4", "--epochs", "2"]
+    train_lm.main([*flags, "--ckpt-dir", str(tmp_path / "single")])
+    shutil.copytree(msrun_folder / moved, tmp_path / "resumed")
+    train_lm.main([*flags, "--ckpt-dir", str(tmp_path / "resumed"), "--resume", "--log-json", str(tmp_path / "log")])
+    assert "its run had 2 ranks, this one 1" in capsys.readouterr().out
+    assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
+    assert [record["ranks"] for record in json.loads((tmp_path / "log").read_text())["epochs"]] == [2, 1]
+    single = checkpoint(tmp_path / "single" / "epoch_002.ckpt")
+    single.pop("accumulator.accumulate_step")
+    for folder in (tmp_path / "resumed", msrun_folder / "alone_0"):
+        ranks = checkpoint(folder / "epoch_002.ckpt")
+        assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 8
+        ranks.pop("accumulator.accumulate_step")
+        assert_like_one_process(ranks, dict(single))

@@ -18,6 +18,9 @@ from tests.msrun import TIMEOUT, free_port, start
 from tests.tools.train_mnist_worker import SHARED_BATCH, prepare
 
 FOUR_RANKS = "tests.tools.train_mnist_worker:four_ranks"
+DIES = "tests.tools.train_mnist_worker:dies"
+# The scheduler's wait for a silent rank, in seconds (MindSpore's default about 30): the dying rank's launch ends sooner.
+NODE_TIMEOUT = "10"
 
 
 def saved_state(path):
@@ -27,12 +30,13 @@ def saved_state(path):
 
 
 def two_hosts(root):
-    """Two msrun launches of two ranks each standing in for two machines: one 4-rank run of ``four_ranks``.
+    """Two msrun launches of two ranks each standing in for two machines: one 4-rank run of ``four_ranks``, then
+    ``dies``, where rank 3 leaves.
 
     One launch's scheduler cannot take the master port; its workers join the other's (docs/devices.md).
     """
     port = free_port()
-    return [start(root, [FOUR_RANKS], 4, node=(node, 2, port), logs=f"logs_{node}") for node in (0, 1)]
+    return [start(root, [FOUR_RANKS, DIES], 4, node=(node, 2, port), logs=f"logs_{node}") for node in (0, 1)]
 
 
 def ended(launches, root):
@@ -54,13 +58,16 @@ def ended(launches, root):
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.train_mnist_worker:shared_batch")
 def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_between_them(
-        synthetic_mnist_dir, msrun_folder, tmp_path):
+        synthetic_mnist_dir, msrun_folder, tmp_path, monkeypatch):
     # The shared launch trained epoch 1 on two ranks, and resumed one process's epoch 1 for epoch 2
     # (train_mnist_worker.shared_batch): 1 -> 2. Two launches of two ranks, as two hosts, train epoch 1 on four ranks
-    # and resume the two ranks' checkpoint for epoch 2: 2 -> 4. One process resumes it too: 2 -> 1.
+    # and resume the two ranks' checkpoint for epoch 2: 2 -> 4. One process resumes it too: 2 -> 1. Then rank 3 dies
+    # and the launches end, never hang: the scheduler names it timed out, msrun ends the others and fails.
     from scripts import train_mnist
     hosts = tmp_path / "hosts"
     prepare(hosts / FOUR_RANKS)
+    prepare(hosts / DIES)
+    monkeypatch.setenv("MS_NODE_TIMEOUT", NODE_TIMEOUT)
     shutil.copytree(msrun_folder / "ckpt", hosts / FOUR_RANKS / "from_two")
     launches = two_hosts(hosts)  # its ranks run beside the single process below
     flags = ["--data-dir", synthetic_mnist_dir, "--no-shuffle", *SHARED_BATCH]
@@ -69,6 +76,8 @@ def test_the_runs_batch_on_1_2_and_4_ranks_equals_one_process_as_the_run_moves_b
     train_mnist.main([*flags, "--epochs", "2", "--ckpt-dir", str(tmp_path / "resumed"), "--resume",
                       "--log-json", str(tmp_path / "log.json")])
     four = ended(launches, hosts)
+    assert all(launch.returncode != 0 for launch in launches) and not list((hosts / DIES).glob("rank_*.done"))
+    assert "worker 3 is the first one timed out" in (hosts / "logs_0" / "scheduler.log").read_text()
     assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
     assert "epoch 2/2: train loss" not in (msrun_folder / "rank_1.log").read_text()  # only rank 0 prints
     assert "its run had 2 ranks, this one 4" in (four / "rank_0.log").read_text()

@@ -1,8 +1,8 @@
 """The MNIST tool's cases of the suite's msrun launch (tests/msrun.py): scripts/train_mnist.py --distributed on two
 ranks, its checkpoints in ``folder/ckpt``, on the synthetic MNIST ``prepare`` writes (conftest's
 ``synthetic_mnist_dir``'s: 200 train and 100 test samples, seed 0). Read by test_train_mnist_ranks.py
-(``shared_batch``, ``four_ranks``),
-tests/training/test_probe.py (``probe``) and tests/training/test_memory.py (``memory``).
+(``shared_batch``, ``four_ranks``, ``dies``),
+tests/training/test_probe.py (``probe``: the adaptive windows) and tests/training/test_memory.py (``memory``).
 """
 import os
 
@@ -13,13 +13,20 @@ from tests.conftest import SYNTHETIC_TEST, SYNTHETIC_TRAIN
 COMMON = ["--epochs", "1", "--no-shuffle"]
 
 
+# An odd number of samples, so the epoch's last window of the run gives the ranks unequal parts: of windows of 8 rows
+# (2 ranks x 1 x 4) 7 are left, 3 on rank 0 (one short micro-batch, run op by op) and 4 on rank 1 (a whole one,
+# compiled); of windows of 12 (2 x 2 x 3), 7 too: one micro-batch on rank 0, two on rank 1 (docs/devices.md).
+ODD_TRAIN = 199
+
+
 def prepare(folder):
     write_synthetic_mnist(os.path.join(folder, "mnist"), n_train=SYNTHETIC_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
+    write_synthetic_mnist(os.path.join(folder, "odd"), n_train=ODD_TRAIN, n_test=SYNTHETIC_TEST, seed=0)
 
 
-def run(folder, flags):
-    tool.main(["--data-dir", os.path.join(folder, "mnist"), *COMMON, *flags, "--distributed",
-               "--ckpt-dir", os.path.join(folder, "ckpt")])
+def run(folder, flags, data="mnist", ckpt="ckpt"):
+    tool.main(["--data-dir", os.path.join(folder, data), *COMMON, *flags, "--distributed",
+               "--ckpt-dir", os.path.join(folder, ckpt)])
 
 
 # The run's batch of 9 over two ranks: 4 and 5 samples, one micro-batch and two (test_train_mnist_ranks.py).
@@ -47,10 +54,25 @@ def four_ranks(folder):
                "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two")])
 
 
+PROBE = ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
+         "--batch-size", "4"]
+NOISE = ["--lr", "0.05", "--accumulate-step", "noise", "--batch-size", "3"]
+
+
+def dies(folder):
+    """After ``four_ranks`` in its launches: rank 3 leaves (``os._exit(3)``) as the others start SHARED_BATCH's run
+    and wait for it in their first collective; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    from mindspore.communication import get_rank
+    if get_rank() == 3:
+        os._exit(3)
+    run(folder, SHARED_BATCH, ckpt="dies")
+
+
 def probe(folder):
-    """The measured window, probing every 32 samples, under the linear rule."""
-    run(folder, ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
-                 "--batch-size", "4"])
+    """The measured window, probing every 32 samples, under the linear rule (``ckpt/``); then N following the noise
+    scale (``noise/``); both on ODD_TRAIN samples, whose last window the ranks share unequally."""
+    run(folder, PROBE, data="odd")
+    run(folder, NOISE, data="odd", ckpt="noise")
 
 
 def memory(folder):

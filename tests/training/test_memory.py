@@ -3,6 +3,7 @@
 By hand: ``--micro-batch auto`` with ``--accumulate-step 4`` is one line: the plan chooses N; a batch of 8 planned
 as 4 x 2 trains as one process's batch of 8.
 """
+import contextlib
 import json
 
 import mindspore as ms
@@ -53,6 +54,39 @@ def test_a_batch_that_leaves_a_rank_no_sample_is_refused():
     config = TrainConfig(batch_size=3, accumulate_step=1, micro_batch="auto", distributed=True, ranks=4)
     with pytest.raises(TrainingError, match="--batch-size 3 per update leaves some of the 4 ranks no sample"):
         training.memory.plan_run(config, toy_task, ())
+
+
+def test_the_sizes_measured_are_those_a_given_micro_batch_may_be_under_a_rule_of_whole_windows(monkeypatch):
+    # 12 per update on 2 ranks under the linear rule: 6 rows each, so 1, 2, 3 and 6 make whole windows, 4 does not.
+    from accumulator.memory import PlanError
+    from training.config import TrainConfig
+    from training.errors import TrainingError
+    from training.task import toy_task
+    measured = []
+
+    def plan(make_step, batch, budget, candidates, **settings):
+        measured.extend(candidates)
+        raise PlanError("measured nothing")
+    monkeypatch.setattr(training.memory, "plan_micro_batch", plan)
+    monkeypatch.setattr(training.memory, "_budget", lambda config: None)
+    monkeypatch.setattr(training.memory, "_gathered", lambda value: [value, value])
+    monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [1, 2, 3, 4, 6])
+
+    def config(batch, micro_batch):
+        return TrainConfig(batch_size=batch, accumulate_step=1, micro_batch=micro_batch, scale_rule="linear",
+                           distributed=True, ranks=2)
+    with pytest.raises(TrainingError, match="measured nothing"):
+        training.memory.plan_run(config(12, "auto"), toy_task, ())
+    given = []
+    for size in (1, 2, 3, 4, 6):
+        with contextlib.suppress(TrainingError):
+            given.append(training.memory.plan_run(config(12, size), toy_task, ()).batch_size)
+    assert measured == given == [1, 2, 3, 6]
+    # 11 per update shares 5 and 6 rows: no size makes both whole, one line before anything is measured.
+    with pytest.raises(TrainingError, match=r"^--scale-rule linear follows .*no micro-batch makes whole windows of "
+                                            r"--batch-size 11 on each of 2 ranks: pass one that divides by 2$"):
+        training.memory.plan_run(config(11, "auto"), toy_task, ())
+    assert measured == [1, 2, 3, 6]
 
 
 def distributed_plan(monkeypatch, others, plans=True):

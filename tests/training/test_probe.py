@@ -97,13 +97,13 @@ def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(synthetic_m
 
 @pytest.mark.slow  # msrun: two ranks, and one process to compare with
 @pytest.mark.msrun("tests.tools.train_mnist_worker:probe")
-def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synthetic_mnist_dir, msrun_folder,
-                                                                           tmp_path, train_mnist_run):
+def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(msrun_folder, tmp_path, train_mnist_run):
     # The ranks ran the tool as tests/tools/train_mnist_worker.probe does: --batch-size 4 --accumulate-step auto
     # --probe-interval 32 --scale-rule linear --lr 0.05. Rank r trains its half of each window of 8 by position:
-    # micro-batches of 2 x 4 are one process's of 8, the probes' branches too.
+    # micro-batches of 2 x 4 are one process's of 8, the probes' branches too. Of the last window's 7 samples rank 0
+    # holds 3, rank 1 4: each applies it where the other does.
     saved = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "ckpt"), 1))
-    _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.05, shuffle=False, batch_size=8,
+    _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=8,
                                   accumulate_step="auto", probe_interval=32, scale_rule="linear",
                                   ckpt_dir=str(tmp_path / "single"))
     single = ms.load_checkpoint(checkpoint_path(str(tmp_path / "single"), 1))
@@ -112,3 +112,11 @@ def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(synt
     assert chosen[0] == chosen[1] and len(chosen[0]) >= 1
     for name, value in expected.items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # N following the noise scale (--accumulate-step noise --batch-size 3): the last window's 7 samples are one
+    # micro-batch on rank 0, two on rank 1 (training.loop's last window: every rank applies where the others do).
+    noise = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "noise"), 1))
+    _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=6,
+                                  accumulate_step="noise", ckpt_dir=str(tmp_path / "noise"))
+    assert json.loads(noise["history"])[0]["samples"] == 199
+    for name, value in expected.items():
+        np.testing.assert_allclose(noise[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
