@@ -66,17 +66,17 @@ def _reduced(grads, total, closing, grad_reducer):
 
 
 def _summary(needs, by_matmul, grads, factor, total, unscale, nonempty):
-    """The window summary the policies read (``accumulator.policies.base``): each value computed once, if asked for."""
-    window = {"total": total, "unscale": unscale, "nonempty": nonempty}
+    """The window's summary the policies read (``accumulator.policies.base``): each value computed once, if asked for."""
+    summary = {"total": total, "unscale": unscale, "nonempty": nonempty}
     norm = None
     if needs["norm"]:
         # Any NaN or Inf makes the norm NaN or Inf, so on CPU it is the finiteness check too.
         norm = ops.sqrt(squared_total(by_matmul, grads))
-        window["norm"] = norm if factor is None else norm * factor
+        summary["norm"] = norm if factor is None else norm * factor
     if needs["finite"]:
-        window["finite"] = ops.isfinite(window["norm"]) if by_matmul and norm is not None else all_finite(by_matmul,
-                                                                                                          grads)
-    return window
+        summary["finite"] = (ops.isfinite(summary["norm"]) if by_matmul and norm is not None
+                              else all_finite(by_matmul, grads))
+    return summary
 
 
 @ms.jit_class
@@ -420,18 +420,18 @@ class Accumulator:
             unscale = unscale * policy.unscale()
         if self.hooks["unscale"]:
             factor = _product(factor, unscale)
-        window = _summary(self.needs, self.sum_by_matmul, grads, factor, total, unscale,
-                          TRUE if nonempty is None else nonempty)
+        summary = _summary(self.needs, self.sum_by_matmul, grads, factor, total, unscale,
+                           TRUE if nonempty is None else nonempty)
         for policy in self.hooks["factor"]:
-            factor = _product(factor, policy.factor(window))
-        applied = window["nonempty"]
+            factor = _product(factor, policy.factor(summary))
+        applied = summary["nonempty"]
         for policy in self.hooks["gate"]:
-            applied = ops.logical_and(applied, policy.gate(window))
-        window["applied"] = applied
+            applied = ops.logical_and(applied, policy.gate(summary))
+        summary["applied"] = applied
         for policy, own in zip(self.hooks["close_window"], tensors):
-            policy.close_window(own, window)
+            policy.close_window(own, summary)
         if self.hooks["gate"] or nonempty is not None:
-            ops.assign_add(self.skipped_windows, ops.logical_and(ops.logical_not(applied), window["nonempty"])
+            ops.assign_add(self.skipped_windows, ops.logical_and(ops.logical_not(applied), summary["nonempty"])
                            .astype(ms.int32))
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
