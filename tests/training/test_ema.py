@@ -1,4 +1,7 @@
-"""--ema in the tools: evaluation and the sample read the weights' average, the log keeps both losses, resume too."""
+"""--ema in the tools: evaluation and the sample read the weights' average, the log keeps both losses, resume too.
+
+By hand: ``--ema 1`` exits 2 with ``argument --ema: must be a number in (0, 1), got 1``.
+"""
 import json
 import shutil
 

@@ -1,4 +1,8 @@
-"""The run's windows shared among ranks, on one process: the arithmetic msrun's tests rely on (tests/tools/test_train_mnist_ranks.py)."""
+"""The run's windows shared among ranks, on one process: the arithmetic msrun's tests rely on (tests/tools/test_train_mnist_ranks.py).
+
+By hand: a window of 9 samples in micro-batches of 4 on two ranks is 4 and 5 samples by position (rank 0 one
+micro-batch of 4, rank 1 micro-batches of 4 and 1); on four ranks 2, 2, 2 and 3.
+"""
 import numpy as np
 import pytest
 from mindspore import Parameter, Tensor, nn

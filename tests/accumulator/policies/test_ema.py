@@ -1,4 +1,8 @@
-"""The weights' moving average (accumulator.policies.ema): once per applied window, equal to the large batch's EMA."""
+"""The weights' moving average (accumulator.policies.ema): once per applied window, equal to the large batch's EMA.
+
+By hand: the average starts at the weights; a window that moves a weight from 0 to w moves the average to
+(1 - decay) w; a window of twice the reference's weight moves it with decay ** 2; a skipped window moves nothing.
+"""
 import os
 import re
 
