@@ -156,6 +156,7 @@ def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, cap
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
 
 
+@pytest.mark.slow  # three runs of the tool; the packing itself is tests/data/test_packing.py's
 def test_packing_on_by_default_or_within_windows_or_off_and_the_synthetic_text_kept_apart(tmp_path, capsys,
                                                                                             small_synthetic,
                                                                                             monkeypatch):

@@ -24,7 +24,9 @@ def _trained(data_dir, driver, compiled_tail):
     return stats, run
 
 
-# One driver: every driver's op-by-op step is checked against the large batch in tests/training/test_uneven_windows.py.
+# One driver: every driver's op-by-op step is checked against the large batch in tests/training/test_uneven_windows.py
+# (the window step's on the fast path), so this comparison runs in CI.
+@pytest.mark.slow
 def test_the_op_by_op_tail_trains_like_a_compiled_one(synthetic_mnist_dir):
     driver = "host"
     # 200 samples in batches of 32, windows of 4: (32 x 4), then (32, 32, 8): a short batch in a short window.
