@@ -8,7 +8,7 @@ import mindspore as ms
 import pytest
 
 from accumulator._internal.runtime import block_on_cpu
-from tests.msrun import msrun_folder  # noqa: F401 (a fixture)
+from tests.msrun import msrun_folder, msrun_launch  # noqa: F401 (fixtures)
 
 # The library sets the CPU's blocking launch at its first Accumulator; a test's eager operation before that
 # would keep the asynchronous launch for the whole process, so the suite sets it first
@@ -74,11 +74,6 @@ def train_mnist_run():
     return run
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's reads the groups
 def pytest_collection_modifyitems(items):
-    """The tests that read the msrun launch run first, in one process (pytest.ini's ``--dist loadgroup``): the
-    first launches every case and the others wait for it, while the other process runs the rest of the suite."""
-    items.sort(key=lambda item: item.get_closest_marker("msrun") is None)
-    for item in items:
-        if item.get_closest_marker("msrun"):
-            item.add_marker(pytest.mark.xdist_group("msrun"))
+    """The tests that read the msrun launch run last: the launch runs in the background meanwhile (tests/msrun.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("msrun") is not None)

@@ -1,6 +1,7 @@
-"""The suite's one msrun launch (msrun's start costs more than any case): the first test that takes ``msrun_folder``
-runs every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its folder, after
-its module's ``prepare(folder)`` if any), on two ranks in turn; the others wait. As a script: what each rank runs."""
+"""The suite's one msrun launch (msrun's start costs more than any case): at its first test, one process of the
+session starts every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its folder, after
+its module's ``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run last and wait for
+it. As a script: what each rank runs."""
 import contextlib
 import fcntl
 import importlib
@@ -9,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -36,28 +39,51 @@ def free_port():
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def msrun_folder(request, tmp_path_factory):
-    """This test's case folder once the launch has ended; fails with the case's tracebacks, or msrun's logs."""
+@pytest.fixture(scope="session", autouse=True)
+def msrun_launch(request, tmp_path_factory):
+    """The launch's folder, shared by the session's processes; the first to get here starts the launch of every case
+    the session's tests name and, before it ends, waits for it (the launch writes ``ended`` when it has ended)."""
     base = tmp_path_factory.getbasetemp()  # under pytest-xdist, each process's: their parent is shared
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun"
+    cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, also by a process that dies
-        if not root.exists():
-            cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
+        process = None
+        if cases and not root.exists():
             for case in cases:
                 (root / case).mkdir(parents=True)
                 getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
             process = start(root, cases)
-            try:
-                process.wait(timeout=TIMEOUT)
-            finally:
-                with contextlib.suppress(ProcessLookupError):  # no rank left behind
-                    os.killpg(process.pid, signal.SIGKILL)
-    folder = root / request.node.get_closest_marker("msrun").args[0]
+    if process is None:
+        yield root
+        return
+    waiting = threading.Thread(target=wait_then_end, args=(process, root), daemon=True)
+    waiting.start()
+    yield root
+    waiting.join()
+
+
+def wait_then_end(process, root):
+    try:
+        process.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pass  # the cases without a .done file fail
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # no rank left behind
+            os.killpg(process.pid, signal.SIGKILL)
+        (root / "ended").touch()
+
+
+@pytest.fixture
+def msrun_folder(request, msrun_launch):
+    """This test's case folder once the launch has ended; fails with the case's tracebacks, or msrun's logs."""
+    while not (msrun_launch / "ended").exists():
+        time.sleep(0.5)
+    folder = msrun_launch / request.node.get_closest_marker("msrun").args[0]
     errors = "".join(error.read_text() for error in sorted(folder.glob("rank_*.error")))
     if errors or len(list(folder.glob("rank_*.done"))) < RANKS:
-        pytest.fail(errors or "".join(log.read_text()[-3000:] for log in sorted(root.glob("logs/*"))), pytrace=False)
+        pytest.fail(errors or "".join(log.read_text()[-3000:] for log in sorted(msrun_launch.glob("logs/*"))),
+                    pytrace=False)
     return folder
 
 
