@@ -34,23 +34,19 @@ SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 
 def shared_batch(folder):
-    """Epoch 1 of SHARED_BATCH's run on both ranks (``ckpt/``); then one process's epoch 1 on each rank alone
-    (``alone_<rank>/``, a single process's checkpoint) resumed by both ranks for epoch 2: 1 -> 2 ranks."""
-    import mindspore as ms
+    """Epoch 1 of SHARED_BATCH's run in one process on each rank alone (``alone_<rank>/``, a single process's
+    checkpoint), resumed by both ranks for epoch 2 (rank 0 writes it there): 1 -> 2 ranks."""
     from mindspore.communication import get_rank
-    run(folder, SHARED_BATCH)
-    ms.reset_auto_parallel_context()  # one process's run: no data parallel
     alone = ["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH,
              "--ckpt-dir", os.path.join(folder, f"alone_{get_rank()}")]
-    tool.main([*alone, "--epochs", "1"])
+    tool.main([*alone, "--epochs", "1"])  # the msrun launch set no data parallel yet: one process's run
     tool.main([*alone, "--epochs", "2", "--resume", "--distributed"])
 
 
 def four_ranks(folder):
-    """On four ranks (two launches of two, as two hosts): epoch 1 of SHARED_BATCH's run (``ckpt/``), and epoch 2 of
-    the two ranks' run, copied into ``from_two/``: 2 -> 4 ranks."""
-    run(folder, SHARED_BATCH)
-    tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
+    """On four ranks (two launches of two, as two hosts): epoch 3 of the two ranks' run, copied into ``from_two/``:
+    2 -> 4 ranks."""
+    tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "3",
                "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two")])
 
 
@@ -60,12 +56,16 @@ NOISE = ["--lr", "0.05", "--accumulate-step", "noise", "--batch-size", "3"]
 
 
 def dies(folder):
-    """After ``four_ranks`` in its launches: rank 3 leaves (``os._exit(3)``) as the others start SHARED_BATCH's run
-    and wait for it in their first collective; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    """After ``four_ranks`` in its launches: once every rank has ended it (an AllGather), rank 3 leaves
+    (``os._exit(3)``) as the others start the tool, which under ``--micro-batch auto`` gathers the ranks' hosts
+    before it compiles anything, and wait for it there; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    import mindspore as ms
+    from mindspore import ops
     from mindspore.communication import get_rank
+    ops.AllGather()(ms.Tensor([get_rank()], ms.int32))  # else rank 3's msrun may end rank 2 within four_ranks
     if get_rank() == 3:
         os._exit(3)
-    run(folder, SHARED_BATCH, ckpt="dies")
+    run(folder, ["--batch-size", "9", "--micro-batch", "auto"], ckpt="dies")
 
 
 def probe(folder):
@@ -76,5 +76,10 @@ def probe(folder):
 
 
 def memory(folder):
-    """The micro-batch planned for a batch of 4 per update."""
-    run(folder, ["--lr", "0.1", "--batch-size", "4", "--micro-batch", "auto"])
+    """The micro-batch planned for a batch of 16 per update, up to 8 on each rank, measured among 4 and 8 (as
+    test_memory's one process does: one child on each rank)."""
+    from unittest import mock
+
+    import training.memory
+    with mock.patch.object(training.memory, "candidate_sizes", lambda batch: [4, 8]):
+        run(folder, ["--lr", "0.1", "--batch-size", "16", "--micro-batch", "auto"])

@@ -158,9 +158,10 @@ def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatc
     assert (int(probe.accumulator.update_count), int(probe.accumulator.micro_step)) == (1, 0)
 
 
-@pytest.mark.slow  # end to end: probes in child processes, then trains and resumes
-def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_resume(
-        synthetic_mnist_dir, tmp_path, capsys, monkeypatch, train_mnist_run):
+@pytest.mark.slow  # end to end: probes in child processes, then trains and resumes; and two ranks under msrun
+@pytest.mark.msrun("tests.tools.train_mnist_worker:memory")
+def test_the_planned_run_on_one_process_and_two_ranks_equals_the_large_batch_and_keeps_its_plan_on_resume(
+        synthetic_mnist_dir, msrun_folder, tmp_path, capsys, monkeypatch, train_mnist_run):
     monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4, 8])  # two sizes in one child
     ckpt_dir, log = str(tmp_path / "ckpt"), tmp_path / "run.json"
     data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir]
@@ -176,26 +177,33 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     assert all(0 < probe["peak"] < 8 * 2 ** 30 and probe["samples_per_second"] > 0 and probe["seconds"] > 0
                for probe in plan["probes"])
     assert summary["effective_batch_size"] == 16 and summary["accumulate_step"] == 16 // size
+    # The two ranks (tests/tools/train_mnist_worker.memory) planned the same batch, each measuring its 8 rows;
+    # only rank 0 prints.
+    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
+    assert "micro-batch measured for a batch of 16 per update (up to 8 on each of 2 ranks):" in rank0
+    assert "micro-batch measured" not in rank1
 
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=16,
                                   accumulate_step=1)
-    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
-    assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
-    for name, value in expected.items():
-        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
+    for run in (tmp_path / "ckpt", msrun_folder / "ckpt"):
+        saved = ms.load_checkpoint(str(run / "epoch_001.ckpt"))
+        assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
+        for name, value in expected.items():
+            np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"{run}: {name}")
 
-    # A resume measures nothing again: the checkpoint's micro-batch and N, and its plan in the log.
+    # A resume measures nothing again: the checkpoint's micro-batch and N, and its plan in the log (its epochs done,
+    # it trains nothing).
     monkeypatch.setattr(training.memory, "plan_micro_batch", lambda *args, **kwargs: pytest.fail("planned again"))
-    resumed = train_mnist.main([*common, "--epochs", "2", "--resume", "--log-json", str(log)])
+    resumed = train_mnist.main([*common, "--epochs", "1", "--resume", "--log-json", str(log)])
     assert f"micro-batch kept from {ckpt_dir}/epoch_001.ckpt: {size} x {16 // size} = 16 per update" \
         in capsys.readouterr().out
     assert resumed["accumulate_step"] == 16 // size and json.loads(log.read_text())["memory_plan"] == plan
 
     with pytest.raises(SystemExit):
-        train_mnist.main([*data, "--batch-size", "32", "--micro-batch", "auto", "--epochs", "3", "--resume"])
+        train_mnist.main([*data, "--batch-size", "32", "--micro-batch", "auto", "--epochs", "2", "--resume"])
     assert capsys.readouterr().err == (f"error: cannot resume with --batch-size 32 --micro-batch auto: "
-                                       f"{ckpt_dir}/epoch_002.ckpt was trained with {size} x {16 // size} per update\n")
+                                       f"{ckpt_dir}/epoch_001.ckpt was trained with {size} x {16 // size} per update\n")
 
 
 @pytest.mark.slow  # a child process
@@ -221,22 +229,6 @@ def test_the_language_model_plans_rows_and_its_windows_equal_the_large_batch(tmp
     large = train_lm.main([*tiny, "--batch-size", "8", "--accumulate-step", "1"])
     assert (planned["batch_size"], planned["accumulate_step"], planned["updates"]) == (4, 2, large["updates"])
     assert planned["final_test_loss"] == pytest.approx(large["final_test_loss"], rel=1e-5)
-
-
-@pytest.mark.slow
-@pytest.mark.msrun("tests.tools.train_mnist_worker:memory")
-def test_ranks_agree_on_one_plan_and_train_like_one_process_on_the_batch(synthetic_mnist_dir, msrun_folder,
-                                                                        train_mnist_run):
-    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
-    assert "micro-batch measured for a batch of 4 per update (up to 2 on each of 2 ranks):" in rank0
-    assert "micro-batch measured" not in rank1  # only rank 0 prints
-
-    _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=4,
-                                  accumulate_step=1)
-    saved = ms.load_checkpoint(str(msrun_folder / "ckpt" / "epoch_001.ckpt"))
-    assert int(saved["accumulator.update_count"].asnumpy()) == 200 // 4
-    for name, value in expected.items():
-        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 def test_drop_last_leaves_no_short_micro_batch_in_uneven_windows():

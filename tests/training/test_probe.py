@@ -6,6 +6,7 @@ it reads 8.
 """
 import dataclasses
 import json
+import shutil
 
 import mindspore as ms
 import numpy as np
@@ -52,26 +53,36 @@ def test_the_probes_read_at_most_probe_held_out_test_samples():
     assert sizes == [PROBE_HELD_OUT, 8]
 
 
-@pytest.mark.slow  # end to end: three runs of the MNIST tool
-def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_mnist_dir, tmp_path, train_mnist_run,
-                                                                      monkeypatch):
-    flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, scale_rule="linear", lr=0.05)
-    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=str(tmp_path / "whole"), **flags)
-    first_epochs_probes = len(json.loads(ms.load_checkpoint(checkpoint_path(str(tmp_path / "whole"), 1))["history"])[0]
-                              ["probes"])
-    ckpt_dir, choose, chosen = str(tmp_path / "cut"), CriticalBatchSchedule.choose, []
+@pytest.mark.slow  # end to end: four runs of the MNIST tool
+def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end_and_the_window_step_trains_as_it_does(
+        synthetic_mnist_dir, tmp_path, train_mnist_run, monkeypatch):
+    # --driver auto runs the in-graph call while N changes; the window step takes the epoch's micro-batches joined
+    # into windows of the N the probes chose.
+    flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, probe_tolerance=0.9, scale_rule="linear",
+                 lr=0.05)
+    whole = str(tmp_path / "whole")
+    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=whole, **flags)
+    _, window = train_mnist_run(synthetic_mnist_dir, epochs=1, driver="window", ckpt_dir=str(tmp_path / "window"),
+                                **flags)
+    saved = ms.load_checkpoint(checkpoint_path(str(tmp_path / "window"), 1))
+    assert int(saved["accumulator.critical_batch.step"].asnumpy()) >= 4  # N grew twice: windows of several micro-batches
+    in_graph = ms.load_checkpoint(checkpoint_path(whole, 1))
+    for name, value in window.items():
+        np.testing.assert_allclose(value, in_graph[name].asnumpy(), rtol=1e-5, atol=1e-6, err_msg=name)
 
-    def interrupted(self, losses_by_step, start_loss):  # epoch 2's first probe, its branches trained
-        if len(chosen) == first_epochs_probes:
-            raise KeyboardInterrupt
-        chosen.append(start_loss)
-        return choose(self, losses_by_step, start_loss)
+    # From the uninterrupted run's epoch 1, a run interrupted at epoch 2's first probe, its branches trained, resumes.
+    ckpt_dir = tmp_path / "cut"
+    ckpt_dir.mkdir()
+    shutil.copy(checkpoint_path(whole, 1), ckpt_dir)
+
+    def interrupted(self, losses_by_step, start_loss):  # as Ctrl-C would, once the probe's branches are trained
+        raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
         patch.setattr(CriticalBatchSchedule, "choose", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, **flags)
-    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=str(ckpt_dir), resume=True, **flags)
+    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=str(ckpt_dir), resume=True, **flags)
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     whole, cut = (json.loads(ms.load_checkpoint(checkpoint_path(str(tmp_path / run), 2))["history"])
@@ -80,19 +91,6 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
     untimed = [[{key: value for key, value in probe.items() if "seconds" not in key} for probe in record["probes"]]
                for record in whole + cut]
     assert untimed[:len(whole)] == untimed[len(whole):]
-
-
-@pytest.mark.slow  # end to end: two runs of the MNIST tool
-def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(synthetic_mnist_dir, tmp_path, train_mnist_run):
-    # The window step takes the epoch's micro-batches joined into windows of the N the probes chose.
-    flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, probe_tolerance=0.9, scale_rule="linear",
-                 lr=0.05, epochs=1)
-    states = {driver: train_mnist_run(synthetic_mnist_dir, driver=driver, ckpt_dir=str(tmp_path / driver), **flags)[1]
-              for driver in ("window", "in-graph")}
-    saved = ms.load_checkpoint(checkpoint_path(str(tmp_path / "window"), 1))
-    assert int(saved["accumulator.critical_batch.step"].asnumpy()) >= 4  # N grew twice: windows of several micro-batches
-    for name, value in states["in-graph"].items():
-        np.testing.assert_allclose(states["window"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.slow  # msrun: two ranks, and one process to compare with
