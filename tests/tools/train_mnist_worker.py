@@ -76,10 +76,18 @@ def probe(folder):
 
 
 def memory(folder):
-    """The micro-batch planned for a batch of 16 per update, up to 8 on each rank, measured among 4 and 8 (as
-    test_memory's one process does: one child on each rank)."""
+    """The micro-batch planned for a batch of 16 per update, up to 8 on each rank, where rank 0's measurement
+    chooses 8 and rank 1's 4 (the measurement itself, in a child: test_memory's one process), through the tool's
+    own gathers of the ranks' hosts and choices: windows of 2 x 4 on each rank."""
     from unittest import mock
 
+    from mindspore.communication import get_rank
+
     import training.memory
-    with mock.patch.object(training.memory, "candidate_sizes", lambda batch: [4, 8]):
+    from accumulator.memory import Measurement, MemoryPlan
+    size = 4 if get_rank() else 8
+
+    def measured(make_step, batch, budget, **settings):
+        return MemoryPlan(batch, size, budget, 0.1, (Measurement(size, 2 ** 20, 1.0),))
+    with mock.patch.object(training.memory, "plan_micro_batch", measured):
         run(folder, ["--lr", "0.1", "--batch-size", "16", "--micro-batch", "auto"])
