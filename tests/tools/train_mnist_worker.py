@@ -1,7 +1,7 @@
 """The MNIST tool's cases of the suite's msrun launch (tests/msrun.py): scripts/train_mnist.py --distributed on two
 ranks, its checkpoints in ``folder/ckpt``, on the synthetic MNIST ``prepare`` writes (conftest's
 ``synthetic_mnist_dir``'s: 200 train and 100 test samples, seed 0). Read by test_train_mnist_ranks.py
-(``shared_batch``, ``four_ranks``, ``dies``),
+(``four_ranks``, ``dies``, in launches of its own),
 tests/training/test_probe.py (``probe``: the adaptive windows) and tests/training/test_memory.py (``memory``).
 """
 import os
@@ -29,25 +29,15 @@ def run(folder, flags, data="mnist", ckpt="ckpt"):
                "--ckpt-dir", os.path.join(folder, ckpt)])
 
 
-# The run's batch of 9 over two ranks: 4 and 5 samples, one micro-batch and two (test_train_mnist_ranks.py).
+# The run's batch of 9 over four ranks: 2, 2, 2 and 3 samples, one micro-batch each (test_train_mnist_ranks.py).
 SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 
-def shared_batch(folder):
-    """Epoch 1 of SHARED_BATCH's run in one process on each rank alone (``alone_<rank>/``, a single process's
-    checkpoint), resumed by both ranks for epoch 2 (rank 0 writes it there): 1 -> 2 ranks."""
-    from mindspore.communication import get_rank
-    alone = ["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH,
-             "--ckpt-dir", os.path.join(folder, f"alone_{get_rank()}")]
-    tool.main([*alone, "--epochs", "1"])  # the msrun launch set no data parallel yet: one process's run
-    tool.main([*alone, "--epochs", "2", "--resume", "--distributed"])
-
-
 def four_ranks(folder):
-    """On four ranks (two launches of two, as two hosts): epoch 3 of the two ranks' run, copied into ``from_two/``:
-    2 -> 4 ranks."""
-    tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "3",
-               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two")])
+    """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from one process's epoch 1,
+    copied into ``from_one/``: 1 -> 4 ranks."""
+    tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
+               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_one")])
 
 
 PROBE = ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
