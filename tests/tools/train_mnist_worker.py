@@ -35,9 +35,10 @@ SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 def four_ranks(folder):
     """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from one process's epoch 1,
-    copied into ``from_one/``: 1 -> 4 ranks."""
+    copied into ``from_one/``: 1 -> 4 ranks; its log in ``log.json``."""
     tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
-               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_one")])
+               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_one"),
+               "--log-json", os.path.join(folder, "log.json")])
 
 
 PROBE = ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
