@@ -67,18 +67,23 @@ def probe(folder):
 
 
 def memory(folder):
-    """The micro-batch planned for a batch of 16 per update, up to 8 on each rank, where rank 0's measurement
-    chooses 8 and rank 1's 4 (the measurement itself, in a child: test_memory's one process), through the tool's
-    own gathers of the ranks' hosts and choices: windows of 2 x 4 on each rank."""
+    """``--micro-batch auto`` for a batch of 16 per update, up to 8 on each rank, planned through the tool's own
+    gathers of the ranks' hosts and choices, where rank 0's measurement chooses 8 and rank 1's 4 (the measurement
+    itself, in a child: test_memory's one process); each rank prints the micro-batch and N it will train with
+    (training a given micro-batch on several ranks: test_train_mnist_ranks.py, test_probe.py)."""
     from unittest import mock
 
     from mindspore.communication import get_rank
 
     import training.memory
     from accumulator.memory import Measurement, MemoryPlan
+    from training.context import configure_context
+    from training.mnist import mnist_task
     size = 4 if get_rank() else 8
 
     def measured(make_step, batch, budget, **settings):
         return MemoryPlan(batch, size, budget, 0.1, (Measurement(size, 2 ** 20, 1.0),))
+    config, _ = tool.parse_args(["--batch-size", "16", "--micro-batch", "auto", "--distributed"])
     with mock.patch.object(training.memory, "plan_micro_batch", measured):
-        run(folder, ["--lr", "0.1", "--batch-size", "16", "--micro-batch", "auto"])
+        config = training.memory.plan_run(configure_context(config), mnist_task, (os.path.join(folder, "mnist"),))
+    print(f"rank {get_rank()} trains {config.batch_description()}")

@@ -158,10 +158,9 @@ def test_a_probe_trains_one_window_of_the_planned_run_with_its_driver(monkeypatc
     assert (int(probe.accumulator.update_count), int(probe.accumulator.micro_step)) == (1, 0)
 
 
-@pytest.mark.slow  # end to end: probes in child processes, then trains and resumes; and two ranks under msrun
-@pytest.mark.msrun("tests.tools.train_mnist_worker:memory")
-def test_the_planned_run_on_one_process_and_two_ranks_equals_the_large_batch_and_keeps_its_plan_on_resume(
-        synthetic_mnist_dir, msrun_folder, tmp_path, capsys, monkeypatch, train_mnist_run):
+@pytest.mark.slow  # end to end: probes in child processes, then trains and resumes
+def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_resume(
+        synthetic_mnist_dir, tmp_path, capsys, monkeypatch, train_mnist_run):
     monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4, 8])  # two sizes in one child
     ckpt_dir, log = str(tmp_path / "ckpt"), tmp_path / "run.json"
     data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir]
@@ -177,20 +176,14 @@ def test_the_planned_run_on_one_process_and_two_ranks_equals_the_large_batch_and
     assert all(0 < probe["peak"] < 8 * 2 ** 30 and probe["samples_per_second"] > 0 and probe["seconds"] > 0
                for probe in plan["probes"])
     assert summary["effective_batch_size"] == 16 and summary["accumulate_step"] == 16 // size
-    # The two ranks (tests/tools/train_mnist_worker.memory) planned the same batch, each its 8 rows, and took the
-    # smaller size their measurements chose; only rank 0 prints.
-    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
-    assert "micro-batch measured for a batch of 16 per update (up to 8 on each of 2 ranks):" in rank0
-    assert "all ranks take micro-batch 4, the smallest any chose" in rank0 and "micro-batch measured" not in rank1
 
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=16,
                                   accumulate_step=1)
-    for run in (tmp_path / "ckpt", msrun_folder / "ckpt"):
-        saved = ms.load_checkpoint(str(run / "epoch_001.ckpt"))
-        assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
-        for name, value in expected.items():
-            np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=f"{run}: {name}")
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
+    assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
+    for name, value in expected.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
 
     # A resume measures nothing again: the checkpoint's micro-batch and N, and its plan in the log (its epochs done,
     # it trains nothing).
@@ -204,6 +197,17 @@ def test_the_planned_run_on_one_process_and_two_ranks_equals_the_large_batch_and
         train_mnist.main([*data, "--batch-size", "32", "--micro-batch", "auto", "--epochs", "2", "--resume"])
     assert capsys.readouterr().err == (f"error: cannot resume with --batch-size 32 --micro-batch auto: "
                                        f"{ckpt_dir}/epoch_001.ckpt was trained with {size} x {16 // size} per update\n")
+
+
+@pytest.mark.slow
+@pytest.mark.msrun("tests.tools.train_mnist_worker:memory")
+def test_ranks_agree_on_one_plan_the_smallest_any_chose(msrun_folder):
+    # tests/tools/train_mnist_worker.memory: 16 per update, 8 rows on each rank; rank 0 chose 8, rank 1 4.
+    rank0, rank1 = ((msrun_folder / f"rank_{rank}.log").read_text() for rank in (0, 1))
+    assert "micro-batch measured for a batch of 16 per update (up to 8 on each of 2 ranks):" in rank0
+    assert "all ranks take micro-batch 4, the smallest any chose" in rank0 and "micro-batch measured" not in rank1
+    for rank, log in enumerate((rank0, rank1)):
+        assert f"rank {rank} trains 4 x 4 over 2 ranks = effective 16" in log, log[-2000:]
 
 
 def test_a_budget_below_the_smallest_need_is_one_line_naming_it(synthetic_mnist_dir, capsys, monkeypatch):
