@@ -1,7 +1,7 @@
 """The MNIST tool's cases of the suite's msrun launch (tests/msrun.py): scripts/train_mnist.py --distributed on two
 ranks, its checkpoints in ``folder/ckpt``, on the synthetic MNIST ``prepare`` writes (conftest's
 ``synthetic_mnist_dir``'s: 200 train and 100 test samples, seed 0). Read by test_train_mnist_ranks.py
-(``shared_batch``, ``four_ranks``, ``dies``),
+(``four_ranks``, ``dies``, in launches of its own),
 tests/training/test_probe.py (``probe``: the adaptive windows) and tests/training/test_memory.py (``memory``).
 """
 import os
@@ -29,29 +29,16 @@ def run(folder, flags, data="mnist", ckpt="ckpt"):
                "--ckpt-dir", os.path.join(folder, ckpt)])
 
 
-# The run's batch of 9 over two ranks: 4 and 5 samples, one micro-batch and two (test_train_mnist_ranks.py).
+# The run's batch of 9 over four ranks: 2, 2, 2 and 3 samples, one micro-batch each (test_train_mnist_ranks.py).
 SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 
-def shared_batch(folder):
-    """Epoch 1 of SHARED_BATCH's run on both ranks (``ckpt/``); then one process's epoch 1 on each rank alone
-    (``alone_<rank>/``, a single process's checkpoint) resumed by both ranks for epoch 2: 1 -> 2 ranks."""
-    import mindspore as ms
-    from mindspore.communication import get_rank
-    run(folder, SHARED_BATCH)
-    ms.reset_auto_parallel_context()  # one process's run: no data parallel
-    alone = ["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH,
-             "--ckpt-dir", os.path.join(folder, f"alone_{get_rank()}")]
-    tool.main([*alone, "--epochs", "1"])
-    tool.main([*alone, "--epochs", "2", "--resume", "--distributed"])
-
-
 def four_ranks(folder):
-    """On four ranks (two launches of two, as two hosts): epoch 1 of SHARED_BATCH's run (``ckpt/``), and epoch 2 of
-    the two ranks' run, copied into ``from_two/``: 2 -> 4 ranks."""
-    run(folder, SHARED_BATCH)
+    """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from one process's epoch 1,
+    copied into ``from_one/``: 1 -> 4 ranks; its log in ``log.json``."""
     tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
-               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two")])
+               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_one"),
+               "--log-json", os.path.join(folder, "log.json")])
 
 
 PROBE = ["--lr", "0.05", "--accumulate-step", "auto", "--probe-interval", "32", "--scale-rule", "linear",
@@ -60,12 +47,16 @@ NOISE = ["--lr", "0.05", "--accumulate-step", "noise", "--batch-size", "3"]
 
 
 def dies(folder):
-    """After ``four_ranks`` in its launches: rank 3 leaves (``os._exit(3)``) as the others start SHARED_BATCH's run
-    and wait for it in their first collective; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    """After ``four_ranks`` in its launches: once every rank has ended it (an AllGather), rank 3 leaves
+    (``os._exit(3)``) as the others start the tool, which under ``--micro-batch auto`` gathers the ranks' hosts
+    before it compiles anything, and wait for it there; msrun ends them (docs/devices.md#a-rank-that-dies)."""
+    import mindspore as ms
+    from mindspore import ops
     from mindspore.communication import get_rank
+    ops.AllGather()(ms.Tensor([get_rank()], ms.int32))  # else rank 3's msrun may end rank 2 within four_ranks
     if get_rank() == 3:
         os._exit(3)
-    run(folder, SHARED_BATCH, ckpt="dies")
+    run(folder, ["--batch-size", "9", "--micro-batch", "auto"], ckpt="dies")
 
 
 def probe(folder):
@@ -76,5 +67,23 @@ def probe(folder):
 
 
 def memory(folder):
-    """The micro-batch planned for a batch of 4 per update."""
-    run(folder, ["--lr", "0.1", "--batch-size", "4", "--micro-batch", "auto"])
+    """``--micro-batch auto`` for a batch of 16 per update, up to 8 on each rank, planned through the tool's own
+    gathers of the ranks' hosts and choices, where rank 0's measurement chooses 8 and rank 1's 4 (the measurement
+    itself, in a child: test_memory's one process); each rank prints the micro-batch and N it will train with
+    (training a given micro-batch on several ranks: test_train_mnist_ranks.py, test_probe.py)."""
+    from unittest import mock
+
+    from mindspore.communication import get_rank
+
+    import training.memory
+    from accumulator.memory import Measurement, MemoryPlan
+    from training.context import configure_context
+    from training.mnist import mnist_task
+    size = 4 if get_rank() else 8
+
+    def measured(make_step, batch, budget, **settings):
+        return MemoryPlan(batch, size, budget, 0.1, (Measurement(size, 2 ** 20, 1.0),))
+    config, _ = tool.parse_args(["--batch-size", "16", "--micro-batch", "auto", "--distributed"])
+    with mock.patch.object(training.memory, "plan_micro_batch", measured):
+        config = training.memory.plan_run(configure_context(config), mnist_task, (os.path.join(folder, "mnist"),))
+    print(f"rank {get_rank()} trains {config.batch_description()}")

@@ -6,6 +6,7 @@ it reads 8.
 """
 import dataclasses
 import json
+import shutil
 
 import mindspore as ms
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from accumulator.batch_size import CriticalBatchSchedule
 from training.checkpoints import checkpoint_path
 from training.config import PROBE_HELD_OUT, TrainConfig
-from training.loop import build_run, train_epoch
+from training.loop import build_run, train, train_epoch
 from training.probe import held_out_loss
 from training.records import probe_points, write_plot
 from training.task import toy_task
@@ -52,26 +53,28 @@ def test_the_probes_read_at_most_probe_held_out_test_samples():
     assert sizes == [PROBE_HELD_OUT, 8]
 
 
-@pytest.mark.slow  # end to end: three runs of the MNIST tool
-def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_mnist_dir, tmp_path, train_mnist_run,
-                                                                      monkeypatch):
-    flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, scale_rule="linear", lr=0.05)
-    _, uninterrupted = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=str(tmp_path / "whole"), **flags)
-    first_epochs_probes = len(json.loads(ms.load_checkpoint(checkpoint_path(str(tmp_path / "whole"), 1))["history"])[0]
-                              ["probes"])
-    ckpt_dir, choose, chosen = str(tmp_path / "cut"), CriticalBatchSchedule.choose, []
+@pytest.mark.slow  # three runs of the loop
+def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(tmp_path, monkeypatch):
+    config = TrainConfig(mode="pynative", batch_size=2, accumulate_step="auto", probe_interval=16, scale_rule="linear",
+                         lr=0.05, epochs=2)
 
-    def interrupted(self, losses_by_step, start_loss):  # epoch 2's first probe, its branches trained
-        if len(chosen) == first_epochs_probes:
-            raise KeyboardInterrupt
-        chosen.append(start_loss)
-        return choose(self, losses_by_step, start_loss)
+    def trained(folder, resume=False):
+        _, run = train(dataclasses.replace(config, ckpt_dir=str(folder), resume=resume), toy_task(64), progress=False)
+        return {name: param.asnumpy() for name, param in run.optimizer.parameters_and_names()}
+
+    uninterrupted = trained(tmp_path / "whole")
+    # From its epoch 1, a run interrupted at epoch 2's first probe, the probe's branches trained, resumes.
+    (tmp_path / "cut").mkdir()
+    shutil.copy(checkpoint_path(str(tmp_path / "whole"), 1), tmp_path / "cut")
+
+    def interrupted(self, losses_by_step, start_loss):  # as Ctrl-C would, once the probe's branches are trained
+        raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
         patch.setattr(CriticalBatchSchedule, "choose", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, **flags)
-    _, resumed = train_mnist_run(synthetic_mnist_dir, epochs=2, ckpt_dir=ckpt_dir, resume=True, **flags)
+            trained(tmp_path / "cut", resume=True)
+    resumed = trained(tmp_path / "cut", resume=True)
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     whole, cut = (json.loads(ms.load_checkpoint(checkpoint_path(str(tmp_path / run), 2))["history"])
@@ -82,17 +85,17 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(synthetic_
     assert untimed[:len(whole)] == untimed[len(whole):]
 
 
-@pytest.mark.slow  # end to end: two runs of the MNIST tool
-def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(synthetic_mnist_dir, tmp_path, train_mnist_run):
+@pytest.mark.slow  # two runs of the loop, a window step compiled at each N
+def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(graph_mode):
     # The window step takes the epoch's micro-batches joined into windows of the N the probes chose.
-    flags = dict(batch_size=5, accumulate_step="auto", probe_interval=40, probe_tolerance=0.9, scale_rule="linear",
-                 lr=0.05, epochs=1)
-    states = {driver: train_mnist_run(synthetic_mnist_dir, driver=driver, ckpt_dir=str(tmp_path / driver), **flags)[1]
-              for driver in ("window", "in-graph")}
-    saved = ms.load_checkpoint(checkpoint_path(str(tmp_path / "window"), 1))
-    assert int(saved["accumulator.critical_batch.step"].asnumpy()) >= 4  # N grew twice: windows of several micro-batches
-    for name, value in states["in-graph"].items():
-        np.testing.assert_allclose(states["window"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    config = TrainConfig(batch_size=2, accumulate_step="auto", probe_interval=8, probe_tolerance=0.9,
+                         scale_rule="linear", lr=0.05)
+    runs = {driver: train(dataclasses.replace(config, driver=driver), toy_task(64), progress=False)[1]
+            for driver in ("window", "in-graph")}
+    assert int(runs["window"].accumulator.accumulate_step) >= 4  # N grew twice: windows of several micro-batches
+    for name, value in runs["in-graph"].optimizer.parameters_and_names():
+        np.testing.assert_allclose(runs["window"].optimizer.parameters_dict()[name].asnumpy(), value.asnumpy(),
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.slow  # msrun: two ranks, and one process to compare with
