@@ -10,8 +10,9 @@ import os
 import training.lm
 from scripts import train_lm
 
-# Each packing and the updates its one epoch makes.
-PACKINGS = {"--no-packing": 4, "--packing": 4, "--pack-within-windows": 4}
+# Each packing and the updates its one epoch makes. Padded rows, and packed ones split by position (within windows:
+# the window is both ranks' rows); unbounded packing is the same split of other rows (test_packing_on_by_default...).
+PACKINGS = {"--no-packing": 4, "--pack-within-windows": 4}
 WIDTH = 32
 TEXT = "text"  # the case folder's data dir
 

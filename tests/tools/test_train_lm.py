@@ -91,21 +91,6 @@ def stopped_after_epoch_1(whole, cut):
     shutil.copy(whole / "epoch_001.ckpt", cut)
 
 
-@pytest.mark.slow  # end to end: two runs of the tool
-def test_a_resumed_run_ends_bit_identical_to_an_uninterrupted_one(tmp_path, capsys, small_synthetic):
-    common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
-              "--optimizer", "adamw", "--accumulate-step", "auto", *TINY[:-4]]
-    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
-    stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
-    train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
-    out = capsys.readouterr().out
-    assert f"resumed from {tmp_path / 'cut' / 'epoch_001.ckpt'} (epoch 1)" in out
-    whole, resumed = checkpoint(tmp_path / "whole" / "epoch_002.ckpt"), checkpoint(tmp_path / "cut" / "epoch_002.ckpt")
-    assert sorted(whole) == sorted(resumed) and {"accumulator.update_count", "lr_scheduler.last_epoch"} <= set(whole)
-    for name, value in whole.items():
-        np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-
-
 @pytest.mark.parametrize("changed, message", [
     (["--loss", "micro-batch-mean"], "--loss was token-sum, now micro-batch-mean"),
     (["--width", "64"], "--width was 32, now 64"),
@@ -141,13 +126,17 @@ def test_sgd_follows_the_window_by_the_linear_rule_under_the_warm_up_schedule(tm
 
 @pytest.mark.slow  # end to end: two runs of the tool
 def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, capsys, small_synthetic):
+    # The LM tool's resume, the sqrt rule's state with it (--accumulate-step auto's: tests/training/test_probe.py).
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
               "--scale-rule", "sqrt", *TINY[:-4], "--accumulate-step", "4", "--batch-size", "2"]
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
     stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
-    assert "lr 0.01 for one micro-batch, following N by the sqrt rule" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "lr 0.01 for one micro-batch, following N by the sqrt rule" in out
+    assert f"resumed from {tmp_path / 'cut' / 'epoch_001.ckpt'} (epoch 1)" in out
     whole, resumed = checkpoint(tmp_path / "whole" / "epoch_002.ckpt"), checkpoint(tmp_path / "cut" / "epoch_002.ckpt")
+    assert sorted(whole) == sorted(resumed) and {"accumulator.update_count", "lr_scheduler.last_epoch"} <= set(whole)
     # The last window's κ (the epoch's last window may hold fewer than 4): both betas from the same κ > 1.
     beta1, beta2 = whole["accumulator.scale_rule.group0.beta1"], whole["accumulator.scale_rule.group0.beta2"]
     kappa = (1 - beta2) / 0.001
@@ -260,17 +249,31 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
     refused(capsys, [*synthetic, "--data-dir", str(path)], f"--data-dir {path}: is a file; name a folder")
 
 
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """``run(text, packing)``: the folder of one process's run of ``packing`` on ``text`` with the ranks' window (N 4),
+    trained once for the module; MOVED's for 2 epochs, whose epoch 1 the rank test reads."""
+    folders = {}
+
+    def run(text, packing):
+        if packing not in folders:
+            folders[packing] = tmp_path_factory.mktemp("single")
+            epochs = 2 if packing == lm_tool_worker.MOVED else 1
+            with lm_tool_worker.small_synthetic_text():
+                train_lm.main([*lm_tool_worker.two_rank_flags(text, packing, accumulate_step=4), "--batch-size", "4",
+                               "--epochs", str(epochs), "--ckpt-dir", str(folders[packing])])
+        return folders[packing]
+    return run
+
+
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
 @pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
-def test_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path, capsys, small_synthetic, msrun_folder,
-                                                             packing, updates):
+def test_two_ranks_train_like_one_process_on_the_whole_batch(one_process, msrun_folder, packing, updates):
     # Each window is one process's 4 x 4 samples (packed: rows); rank r trains its half by position, 2 x 4, and the
     # token counts of both ranks are summed, so the updates agree. Packed within windows, a window is the 16 rows of
     # both ranks, as one process's.
-    flags = lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, packing, accumulate_step=4)
-    train_lm.main([*flags, "--batch-size", "4", "--ckpt-dir", str(tmp_path / "single")])
-    single = checkpoint(tmp_path / "single" / "epoch_001.ckpt")
+    single = checkpoint(one_process(msrun_folder / lm_tool_worker.TEXT, packing) / "epoch_001.ckpt")
     ranks = checkpoint(msrun_folder / packing / "epoch_001.ckpt")
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
     # N is a rank's: 2 micro-batches of the window's 4.
@@ -291,20 +294,20 @@ def assert_like_one_process(ranks, single):
 
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
-def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, small_synthetic, msrun_folder):
+def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, small_synthetic, msrun_folder,
+                                                         one_process):
     # The launch trained MOVED's epoch 1 on two ranks (N 2 each), and resumed one process's epoch 1 (N 4) on both
     # for epoch 2: 1 -> 2. Here one process resumes the two ranks' epoch 1 (N 4): 2 -> 1; both end as one process's
     # two epochs do.
     moved = lm_tool_worker.MOVED
     flags = [*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, moved, accumulate_step=4),
              "--batch-size", "4", "--epochs", "2"]
-    train_lm.main([*flags, "--ckpt-dir", str(tmp_path / "single")])
+    single = checkpoint(one_process(msrun_folder / lm_tool_worker.TEXT, moved) / "epoch_002.ckpt")
     shutil.copytree(msrun_folder / moved, tmp_path / "resumed")
     train_lm.main([*flags, "--ckpt-dir", str(tmp_path / "resumed"), "--resume", "--log-json", str(tmp_path / "log")])
     assert "its run had 2 ranks, this one 1" in capsys.readouterr().out
     assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
     assert [record["ranks"] for record in json.loads((tmp_path / "log").read_text())["epochs"]] == [2, 1]
-    single = checkpoint(tmp_path / "single" / "epoch_002.ckpt")
     single.pop("accumulator.accumulate_step")
     for folder in (tmp_path / "resumed", msrun_folder / "alone_0"):
         ranks = checkpoint(folder / "epoch_002.ckpt")
