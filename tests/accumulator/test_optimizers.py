@@ -156,8 +156,9 @@ def exponential(optimizer):
     return optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.5)
 
 
-@pytest.mark.parametrize("family", sweep(["experimental.optim.SGD", "mint.optim.Adam"]))
-def test_an_lr_scheduler_stepped_per_applied_window_follows_the_large_batch(tmp_path, family):
+def test_an_lr_scheduler_stepped_per_applied_window_follows_the_large_batch(tmp_path):
+    # The scheduler writes the learning rate of any family alike (the families' updates: the first test here).
+    family = "experimental.optim.SGD"
     x, y = make_data(SAMPLES)
     expected = large_batch_run(family, exponential)
     path = str(tmp_path / "run.ckpt")
