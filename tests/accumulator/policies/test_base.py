@@ -38,9 +38,8 @@ def test_a_policy_takes_part_in_the_hooks_it_defines_only():
     assert [hook for hook in HOOKS if takes_part(ClipNorm(1.0), hook)] == ["factor"]
 
 
-# Compiled on the fast path (a window op by op costs more than its compile); CI also runs it op by op, as
-# tests/accumulator/batch_size/test_critical.py's probes run every shipped policy on the fast path.
-@pytest.mark.parametrize("mode", sweep([ms.GRAPH_MODE, ms.PYNATIVE_MODE]))
+# Op by op on the fast path; CI also compiles it (a policy in a graph: the plain class's test below and ClipNorm's).
+@pytest.mark.parametrize("mode", sweep([ms.PYNATIVE_MODE, ms.GRAPH_MODE]))
 def test_factor_and_gate_reach_the_update_grads_1_2_3_4(mode):
     ms.set_context(mode=mode)
     try:
