@@ -142,21 +142,6 @@ class DoublingReducer:
         return self.map(_double, tensors)
 
 
-def reduced_window_state(net, optimizer, x, y, sizes=(5, 3, 8)):
-    """The optimizer's state after one counted window of micro-batches of ``sizes`` through ``DoublingReducer``.
-
-    Doubled sums over a doubled weight are the same mean, so the state equals
-    the large batch's only if the weight went through the reducer as well.
-    """
-    reducer = DoublingReducer()
-    accumulator = Accumulator(optimizer, len(sizes), grad_reducer=reducer)
-    step = accumulated_step(accumulator, grad_fn_for(net, optimizer, "sum"), with_count=True)
-    for data, label in split(x, y, list(sizes)):
-        step(data, label, Tensor(len(data), ms.int32))
-    assert float(reducer.seen_weight) == float(len(x))
-    return optimizer_state(optimizer)
-
-
 class Scale(nn.Cell):
     """``sum(w * x)`` over a ``size``-vector of ``dtype``: its gradient is ``x``, so a test picks the gradient."""
 

@@ -9,12 +9,9 @@ import re
 import numpy as np
 import pytest
 import mindspore as ms
-import mindspore.dataset as ds
 from mindspore import Tensor, nn, ops
-from mindspore.train import Model
 
 from accumulator import Accumulator, load_checkpoint, save_checkpoint
-from accumulator.drivers.model import AccumulationTrainCell
 from accumulator.drivers.whole_batch import make_whole_batch_step
 from accumulator.drivers.window import make_window_step
 from accumulator.policies import EMA
@@ -93,14 +90,9 @@ def whole_batch(net, accumulator, grad_fn, loss_fn):
         step([(Tensor(X[window, i]), Tensor(Y[window, i])) for i in range(N)])
 
 
-def model_train(net, accumulator, grad_fn, loss_fn):
-    cell = AccumulationTrainCell(nn.WithLossCell(net, loss_fn), accumulator)
-    dataset = ds.NumpySlicesDataset({"x": X.reshape(-1, 4), "y": Y.reshape(-1, 2)}, shuffle=False)
-    Model(cell).train(1, dataset.batch(MICRO_BATCH), dataset_sink_mode=False)
-
-
-# The fast path runs the in-graph call; the host step drives every other test here.
-@pytest.mark.parametrize("driver", sweep([in_graph, host_step, window_step, whole_batch, model_train]),
+# The fast path runs the in-graph call; the host step drives every other test here. Model.train's cell makes the
+# in-graph call in its graph (tests/accumulator/drivers/test_model.py: equal to the hand-written jitted loop).
+@pytest.mark.parametrize("driver", sweep([in_graph, host_step, window_step, whole_batch]),
                          ids=lambda driver: driver.__name__)
 def test_after_k_windows_the_average_is_the_large_batch_runs_average(driver):
     net, optimizer, loss_fn, grad_fn = regression()

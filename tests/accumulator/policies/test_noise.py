@@ -280,12 +280,13 @@ def adaptive_run(micro_steps, path=None, resume=None, save_at=None, track_noise=
 
 @pytest.mark.parametrize("track_noise", sweep(TRACKING[::-1]))
 def test_the_adaptive_window_settles_on_the_noise_scale_without_flapping(tmp_path, track_noise):
-    steps = adaptive_run(300, path=str(tmp_path / "mid.ckpt"), save_at=151, track_noise=track_noise)
+    # It leaves N = 2 after about 40 micro-steps: 150 hold it about 28 windows at 4, saved mid-window among them.
+    steps = adaptive_run(150, path=str(tmp_path / "mid.ckpt"), save_at=76, track_noise=track_noise)
     # Effective batch 4 x N near the noise scale 16: N = 4.
-    assert steps[-1] == 4
+    assert steps[-1] == 4 and steps.count(4) >= 20
     changes = sum(a != b for a, b in zip(steps, steps[1:]))
     assert changes <= 3, steps
-    resumed = adaptive_run(300, resume=str(tmp_path / "mid.ckpt"), save_at=151, track_noise=track_noise)
+    resumed = adaptive_run(150, resume=str(tmp_path / "mid.ckpt"), save_at=76, track_noise=track_noise)
     assert resumed == steps[-len(resumed):]
 
 
