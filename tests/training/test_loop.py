@@ -51,7 +51,8 @@ def trained_once(**settings):
 DRIVER_SETTINGS = dict(samples=21, accumulate_step=4, optimizer="momentum")
 
 
-# Every driver on the toy net; on MNIST, through the tool, test_uneven_windows.py's
+# Every driver on the toy net, the epochs' one-off shapes op by op (the last 1-batch, the partial window's flush),
+# the rest compiled; on MNIST, through the tool, test_uneven_windows.py's
 # test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20.
 def test_every_driver_trains_to_the_same_weights():
     # The in-graph run must also equal 8-batches (8 | 8 | 5).
@@ -67,6 +68,7 @@ def test_every_driver_trains_to_the_same_weights():
     assert max(np.abs(expected[param.name] - param.asnumpy()).max() for param in start) > 1e-3
     for driver in ("host", "window"):
         summary, run = trained_toy(**common, driver=driver)
+        assert ms.get_context("mode") == ms.GRAPH_MODE, driver  # put back after each epoch's op-by-op tail
         assert summary["updates"] == in_graph["updates"], driver
         assert summary["final_train_loss"] == pytest.approx(in_graph["final_train_loss"], rel=1e-5), driver
         for name, value in expected.items():
