@@ -1,7 +1,7 @@
 """Trains the MNIST dense net on one fixed micro-batch and prints its memory as it goes (for test_soak).
 
-Run as ``python tests/models/soak_worker.py {micro,window} MICRO_STEPS``: prints one
-JSON list of ``[micro_step, rss_mb, malloc_mb]`` samples.
+Run as ``python tests/models/soak_worker.py MICRO_STEPS KIND...`` (kinds ``micro``, ``window``): trains each kind
+in turn in this one process and prints a JSON object of each kind's ``[micro_step, rss_mb, malloc_mb]`` samples.
 """
 import ctypes
 import json
@@ -44,8 +44,8 @@ def memory_mb():
     return [round(rss / 2 ** 20, 2), round((info.uordblks + info.hblkhd) / 2 ** 20, 2)]
 
 
-def main(kind, micro_steps):
-    ms.set_context(mode=ms.GRAPH_MODE)
+def soak(kind, micro_steps):
+    """Trains ``kind`` for ``micro_steps`` micro-steps on a fresh net: its memory samples."""
     net = MnistDenseNet()
     optimizer = nn.Momentum(net.trainable_params(), 0.01, 0.9)
     # Clipping and the non-finite check: the configuration that leaked most.
@@ -75,8 +75,13 @@ def main(kind, micro_steps):
         step(*args)
         if call % (calls // SAMPLES) == 0:
             samples.append([call * per_call, *memory_mb()])
-    print(json.dumps(samples))
+    return samples
+
+
+def main(micro_steps, *kinds):
+    ms.set_context(mode=ms.GRAPH_MODE)
+    print(json.dumps({kind: soak(kind, int(micro_steps)) for kind in kinds}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(*sys.argv[1:])

@@ -71,33 +71,29 @@ def test_the_script_refuses_a_bad_value_before_any_worker(flags, named):
     assert not any(line.startswith("[") for line in done.stderr.splitlines()) and done.stdout == ""
 
 
-# The memory sweep on the small net: the default, wide, holds 8x its hidden units. One contender: the ratio
-# against plain_micro is best_rows's doctest; plain_full's row is the memory sweep's.
+# One contender, no memory sweep: a sweep's row is the same worker timing one block; its configurations are
+# make_configs's doctest, its table lines tests/benchmarks/test_report.py's, its plot test_plot.py's, each
+# contender's state against its parameters test_contenders.py's. The ratio against plain_micro is best_rows's doctest.
 @pytest.mark.slow
 def test_tiny_run_writes_complete_json(tmp_path):
     out = tmp_path / "bench.json"
     done = run_script("--nets", "mnist", "--contenders", "accumulator", "--modes", "graph",
                       "--batch", "8", "--accumulate", "2", "--repeats", "1", "--seconds", "0.1", "--blocks", "2",
-                      "--sweep", "2", "--sweep-net", "mnist", "--json", str(out), cwd=str(tmp_path), timeout=600)
+                      "--sweep", "", "--json", str(out), cwd=str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "accumulator" in done.stdout and "plain_full" in done.stdout
+    assert "accumulator" in done.stdout
 
     result = json.loads(out.read_text())
     rows = result["rows"]
-    speed = {(r["contender"], r["blocking"]) for r in rows if r["kind"] == "speed"}
-    # Both runtime settings of the contender, and the memory sweep's rows.
-    assert speed == {("accumulator", b) for b in ("1", "")}
-    assert sorted(r["contender"] for r in rows if r["kind"] == "memory") == ["accumulator", "plain_full", "window"]
+    # Both runtime settings of the contender, and no memory row.
+    assert {(r["kind"], r["contender"], r["blocking"]) for r in rows} == {("speed", "accumulator", "1"),
+                                                                          ("speed", "accumulator", "")}
     for row in rows:
         assert "error" not in row, row
         for key in POSITIVE:
             assert row[key] > 0, (key, row)
-        assert all(ms > 0 for run in result["runs"] for ms in run["block_ms"])
-        if row["contender"] in ("accumulator", "window"):
-            # One buffer per parameter plus a few scalar counters.
-            assert row["state_ratio"] == pytest.approx(1.0, abs=1e-3)
-        else:
-            assert row["state_bytes"] == 0
+        # One buffer per parameter plus a few scalar counters.
+        assert row["state_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert all(ms > 0 for run in result["runs"] for ms in run["block_ms"])
     assert len(result["runs"]) == len(rows)
-    assert result["settings"]["nets"] == ["mnist"] and result["settings"]["sweep"] == [2]
-    assert result["settings"]["sweep_net"] == "mnist"
+    assert result["settings"]["nets"] == ["mnist"] and result["settings"]["sweep"] == []

@@ -25,11 +25,14 @@ def announced_save(run, config, epoch, history):
     return save_epoch_checkpoint(run, config, epoch, history)
 
 
+# lr 0.1, so that every epoch moves the weights well beyond float rounding; PyNative, so
+# that none of the test's restarts waits for a graph to compile. The test's uninterrupted run takes them too.
+SETTINGS = dict(mode="pynative", lr=0.1)
+
+
 def main(data_dir, ckpt_dir, epochs):
     training.loop.save_epoch_checkpoint = announced_save
-    # lr 0.1, so that every epoch moves the weights well beyond float rounding; PyNative, so
-    # that none of the test's restarts waits for a graph to compile.
-    config = configure_context(TrainConfig(mode="pynative", epochs=int(epochs), lr=0.1, ckpt_dir=ckpt_dir,
+    config = configure_context(TrainConfig(**SETTINGS, epochs=int(epochs), ckpt_dir=ckpt_dir,
                                            resume=bool(find_checkpoints(ckpt_dir))))
     check_outputs(config)
     training.loop.train(config, mnist_task(data_dir), progress=False)

@@ -16,11 +16,12 @@ import mindspore as ms
 import numpy as np
 import pytest
 
+from tests.training import checkpoint_worker
 from training.checkpoints import CHECKPOINT_NAME, checkpoint_path, find_checkpoints
 from training.errors import TrainingError
 from training.interrupts import Interrupted, signals_raise_interrupted
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_worker.py")
+WORKER = checkpoint_worker.__file__
 
 
 def test_checkpoints_are_found_newest_epoch_first(tmp_path):
@@ -90,15 +91,16 @@ def test_a_stopped_or_failed_run_resumes_to_the_end_of_the_uninterrupted_one(syn
 
 @pytest.mark.slow
 def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_the_uninterrupted_one(
-        synthetic_mnist_dir, tmp_path):
-    epochs = 8  # beyond what three attempts reach even if every kill came after its save
+        synthetic_mnist_dir, tmp_path, train_mnist_run):
+    epochs = 6  # beyond what two attempts reach even if every kill came after its save
 
     def worker(ckpt_dir):
         return subprocess.Popen([sys.executable, WORKER, synthetic_mnist_dir, str(ckpt_dir), str(epochs)],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
+    # The uninterrupted run in this process, as the worker trains (the kills are the point, not its interpreter).
     straight = tmp_path / "straight"
-    assert worker(straight).wait(timeout=300) == 0
+    train_mnist_run(synthetic_mnist_dir, epochs=epochs, ckpt_dir=str(straight), **checkpoint_worker.SETTINGS)
 
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -108,7 +110,7 @@ def test_a_kill_mid_checkpoint_keeps_the_last_one_and_the_resumed_run_ends_as_th
 
     delays = random.Random(0)
     mid_write = 0
-    for attempt in range(1, 4):
+    for attempt in range(1, 3):
         stale = temporaries()  # left by earlier kills: the runs must ignore them
         process = worker(killed)
         saves = 0
