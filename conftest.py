@@ -6,7 +6,7 @@ compile (tests make some fail on purpose; ``MS_OM_PATH`` moves it, for the tests
 in a temporary folder, and each doctest in an empty one of its own, where its examples can write
 files by short relative names. Every test starts in the execution mode the session started in:
 training sets MindSpore's global mode, and a test left in GRAPH_MODE changed what later tests ran.
-The doctests that start probe children are marked slow: tests/accumulator/memory/test_plan.py's fast test takes that path.
+The doctests that start probe children or run a tool end to end are marked slow: tests/accumulator/memory/test_plan.py's fast test takes that path.
 """
 import os
 
@@ -15,9 +15,12 @@ import pytest
 from _pytest.doctest import DoctestItem
 
 
-# Multi-process examples (a probe child each, docs/memory-plan.md#planning-cost): the full suite runs them.
+# Multi-process or end-to-end examples (a probe child each, docs/memory-plan.md#planning-cost; a tool's or a
+# benchmark worker's whole run): the full suite runs them.
 SLOW_DOCTESTS = {"accumulator.memory.plan.measure_in_child",
-                 "accumulator.memory.plan.plan_micro_batch"}
+                 "accumulator.memory.plan.plan_micro_batch",
+                 "train_mnist.main",
+                 "benchmarks.runner.run_worker"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -119,6 +119,7 @@ def inverse(optimizer):
     return optim.lr_scheduler.LambdaLR(optimizer, lambda update: 1 / (1 + update))
 
 
+@pytest.mark.slow  # long; Model.train against the hand-written loop on the fast path: tests/accumulator/drivers/test_model.py
 def test_model_train_and_its_checkpoints_equal_the_large_batch(tmp_path):
     # The cell hands the optimizer the window's gradients in its graph as the jitted micro-step does, which the first
     # test here runs for every family: one family stands for all, with a scheduler stepped per update.

@@ -5,6 +5,7 @@ check_equivalence accepts them with their counts and names the mean of micro-bat
 """
 import mindspore as ms
 import mindspore.dataset as ds
+import pytest
 from mindspore.train import Model
 
 from accumulator import AccumulationTrainCell, Accumulator, FlushAtEpochEnd, check_equivalence
@@ -29,6 +30,7 @@ def test_model_train_with_token_counts_equals_the_large_batch():
     assert relative_change_error(weights(net), large, start) < 1e-5
 
 
+@pytest.mark.slow  # long; check_equivalence on the fast path: tests/accumulator/core/test_selfcheck.py
 def test_check_equivalence_on_the_language_model():
     """Micro-batches padded to their own lengths, the large batch padded together: equivalent with the counts;
     the mean of micro-batch means is named as uneven counts."""

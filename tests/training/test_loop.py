@@ -53,7 +53,9 @@ DRIVER_SETTINGS = dict(samples=21, accumulate_step=4, optimizer="momentum")
 
 # Every driver on the toy net, the epochs' one-off shapes op by op (the last 1-batch, the partial window's flush),
 # the rest compiled; on MNIST, through the tool, test_uneven_windows.py's
-# test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20.
+# test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20. Long: the fast path's every-driver check is
+# test_uneven_windows.py's toy windows of 8, 8 and 4.
+@pytest.mark.slow
 def test_every_driver_trains_to_the_same_weights():
     # The in-graph run must also equal 8-batches (8 | 8 | 5).
     common = DRIVER_SETTINGS
@@ -163,6 +165,7 @@ def test_the_compiled_step_applied_from_the_host_trains_like_the_step_run_op_by_
         np.testing.assert_allclose(mine.asnumpy(), theirs.asnumpy(), rtol=1e-5, atol=1e-6, err_msg=mine.name)
 
 
+@pytest.mark.slow  # long: the host step's and the window step's graphs compiled ahead, the state checked each time
 def test_the_train_step_compiles_before_the_first_epoch_without_touching_the_state_and_never_applies_itself():
     config = configure_context(TrainConfig(batch_size=2, accumulate_step=2, track_noise=True, driver="host"))
     run = build_run(config, toy_task())
