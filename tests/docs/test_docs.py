@@ -128,9 +128,9 @@ def page_context(tmp_path, monkeypatch):
     ms.set_context(mode=mode)
 
 
-# The full suite runs these pages, the fast path not: a real project's loop, end to end (your-project.md), and
-# probe child processes (memory-plan.md; tests/accumulator/memory/test_plan.py's fast test plans through a child).
-LONG_PAGES = {"memory-plan.md", "your-project.md"}
+# The fast path runs the README's blocks, the full suite every page's (each page compiles several steps; one plans
+# through probe children).
+FAST_PAGES = {"README.md"}
 
 
 def check_shell_example(example):
@@ -141,7 +141,7 @@ def check_shell_example(example):
 PAGE_PARSERS = Sybil([PythonCodeBlockParser()] + [CodeBlockParser(language, check_shell_example) for language in SHELL])
 
 
-@pytest.mark.parametrize("page", [pytest.param(page, marks=pytest.mark.slow) if page.name in LONG_PAGES else page
+@pytest.mark.parametrize("page", [page if page.name in FAST_PAGES else pytest.param(page, marks=pytest.mark.slow)
                                   for page in PAGES], ids=[page.name for page in PAGES])
 def test_page(page, page_context, monkeypatch):
     """Runs the page's python blocks in order in one namespace; checks its shell blocks' commands and its links."""

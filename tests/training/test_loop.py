@@ -78,6 +78,7 @@ def test_every_driver_trains_to_the_same_weights():
                                        err_msg=f"{driver}: {name}")
 
 
+@pytest.mark.slow  # long: the graph run is test_every_driver_trains_to_the_same_weights's, a slow test's
 def test_pynative_mode_trains_like_graph_mode():
     # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
     _, graph = trained_once(**DRIVER_SETTINGS, driver="in-graph")
