@@ -1,7 +1,7 @@
 """The suite's one msrun launch (msrun's start costs more than any case): at its first test, one process of the
-session starts every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its folder, after
-its module's ``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run last and wait for
-it. As a script: what each rank runs."""
+session starts every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its
+folder, after its module's ``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run
+last and wait for it. As a script: what each rank runs."""
 import contextlib
 import fcntl
 import importlib
@@ -54,13 +54,12 @@ def msrun_launch(request, tmp_path_factory):
                 (root / case).mkdir(parents=True)
                 getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
             process = start(root, cases)
-    if process is None:
-        yield root
-        return
-    waiting = threading.Thread(target=wait_then_end, args=(process, root), daemon=True)
-    waiting.start()
+    waiting = process and threading.Thread(target=wait_then_end, args=(process, root), daemon=True)
+    if waiting:
+        waiting.start()
     yield root
-    waiting.join()
+    if waiting:
+        waiting.join()
 
 
 def wait_then_end(process, root):
