@@ -76,7 +76,8 @@ def wait_then_end(process, root):
 @pytest.fixture
 def msrun_folder(request, msrun_launch):
     """This test's case folder once the launch has ended; fails with the case's tracebacks, or msrun's logs."""
-    while not (msrun_launch / "ended").exists():
+    give_up = time.monotonic() + TIMEOUT + 60  # the launching process may die before it writes ``ended``
+    while not (msrun_launch / "ended").exists() and time.monotonic() < give_up:
         time.sleep(0.5)
     folder = msrun_launch / request.node.get_closest_marker("msrun").args[0]
     errors = "".join(error.read_text() for error in sorted(folder.glob("rank_*.error")))
