@@ -1,7 +1,7 @@
-"""The suite's one msrun launch (msrun's start costs more than any case): at its first test, one process of the
-session starts every case the session's tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its
-folder, after its module's ``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run
-last and wait for it. As a script: what each rank runs."""
+"""The suite's one msrun launch (msrun's start costs more than any case): the session's first process starts every
+case its tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of its folder, after the module's
+``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run last and wait for it. As a
+script: what each rank runs."""
 import contextlib
 import fcntl
 import importlib
@@ -41,36 +41,31 @@ def free_port():
 
 @pytest.fixture(scope="session", autouse=True)
 def msrun_launch(request, tmp_path_factory):
-    """The launch's folder, shared by the session's processes; the first to get here starts the launch of every case
-    the session's tests name and, before it ends, waits for it (the launch writes ``ended`` when it has ended)."""
-    base = tmp_path_factory.getbasetemp()  # under pytest-xdist, each process's: their parent is shared
+    """The launch's folder, shared by the session's processes (their base folders' parent, under pytest-xdist); the
+    one that starts the launch waits for it before it ends, and writes ``ended`` when msrun has."""
+    base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun"
     cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, also by a process that dies
-        process = None
-        if cases and not root.exists():
+        waiting = cases and not root.exists() and threading.Thread(target=wait_then_end, args=(root, cases))
+        if waiting:
             for case in cases:
                 (root / case).mkdir(parents=True)
                 getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
-            process = start(root, cases)
-    waiting = process and threading.Thread(target=wait_then_end, args=(process, root), daemon=True)
-    if waiting:
-        waiting.start()
+            waiting.start()
     yield root
     if waiting:
         waiting.join()
 
 
-def wait_then_end(process, root):
-    try:
+def wait_then_end(root, cases):
+    process = start(root, cases)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # the cases without a .done file fail
         process.wait(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        pass  # the cases without a .done file fail
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # no rank left behind
-            os.killpg(process.pid, signal.SIGKILL)
-        (root / "ended").touch()
+    with contextlib.suppress(ProcessLookupError):  # no rank left behind
+        os.killpg(process.pid, signal.SIGKILL)
+    (root / "ended").touch()
 
 
 @pytest.fixture
@@ -85,8 +80,6 @@ def msrun_folder(request, msrun_launch):
         pytest.fail(errors or "".join(log.read_text()[-3000:] for log in sorted(msrun_launch.glob("logs/*"))),
                     pytrace=False)
     return folder
-
-
 if __name__ == "__main__":  # each rank: each case in turn in a new process's mode, its output, .done or .error
     import mindspore as ms
     from mindspore.communication import get_rank, init
