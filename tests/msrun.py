@@ -3,7 +3,6 @@ case its tests name, ``@pytest.mark.msrun("MODULE:FUNCTION")`` (a function of it
 ``prepare(folder)`` if any), on two ranks in turn, in the background; those tests run last and wait for it. As a
 script: what each rank runs."""
 import contextlib
-import fcntl
 import importlib
 import os
 import signal
@@ -46,14 +45,16 @@ def msrun_launch(request, tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun"
     cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
-    with open(f"{root}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, also by a process that dies
-        waiting = cases and not root.exists() and threading.Thread(target=wait_then_end, args=(root, cases))
-        if waiting:
-            for case in cases:
-                (root / case).mkdir(parents=True)
-                getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
-            waiting.start()
+    try:
+        root.mkdir()  # atomic: the first process here starts the launch, the others go on
+    except FileExistsError:
+        cases = []
+    waiting = cases and threading.Thread(target=wait_then_end, args=(root, cases))
+    if waiting:
+        for case in cases:
+            (root / case).mkdir()
+            getattr(importlib.import_module(case.split(":")[0]), "prepare", lambda folder: None)(root / case)
+        waiting.start()
     yield root
     if waiting:
         waiting.join()
