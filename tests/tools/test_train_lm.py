@@ -128,7 +128,7 @@ def test_sgd_follows_the_window_by_the_linear_rule_under_the_warm_up_schedule(tm
 def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, capsys, small_synthetic):
     # The LM tool's resume, the sqrt rule's state with it (--accumulate-step auto's: tests/training/test_probe.py).
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
-              "--scale-rule", "sqrt", *TINY[:-4], "--accumulate-step", "4", "--batch-size", "2"]
+              "--scale-rule", "sqrt", *TINY, "--accumulate-step", "4"]
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
     stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
