@@ -9,6 +9,8 @@ import contextlib
 import os
 import shutil
 
+import mindspore as ms
+
 import training.lm
 from scripts import train_lm
 
@@ -53,11 +55,13 @@ def small_synthetic_text():
 def prepare(folder):
     """Before the launch, in the test's process: the synthetic text in ``folder/TEXT``, which the ranks read, and each
     packing's one-process run in ``folder/ONE_PROCESS/<packing>/``, once for both ranks and the tests; MOVED's epoch 1
-    copied to ``folder/ONE_TO_TWO`` for the ranks to resume."""
+    copied to ``folder/ONE_TO_TWO`` for the ranks to resume. The test's process keeps its mode."""
+    mode = ms.get_context("mode")
     with small_synthetic_text():
         for packing in PACKINGS:
             train_lm.main([*one_process_flags(os.path.join(folder, TEXT), packing),
                            "--ckpt-dir", os.path.join(folder, ONE_PROCESS, packing)])
+    ms.set_context(mode=mode)
     os.mkdir(os.path.join(folder, ONE_TO_TWO))
     shutil.copy(os.path.join(folder, ONE_PROCESS, MOVED, "epoch_001.ckpt"), os.path.join(folder, ONE_TO_TWO))
 
