@@ -251,14 +251,14 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
 
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
-@pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
-def test_two_ranks_train_like_one_process_on_the_whole_batch(msrun_folder, packing, updates):
+@pytest.mark.parametrize("packing, epoch", [(lm_tool_worker.TWO_RANKS, 1), (lm_tool_worker.ONE_TO_TWO, 2)])
+def test_two_ranks_train_like_one_process_on_the_whole_batch(msrun_folder, packing, epoch):
     # Each window is one process's 4 x 4 samples (packed: rows); rank r trains its half by position, 2 x 4, and the
     # token counts of both ranks are summed, so the updates agree. Packed within windows, a window is the 16 rows of
-    # both ranks, as one process's.
-    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / packing / "epoch_001.ckpt")
-    ranks = checkpoint(msrun_folder / packing / "epoch_001.ckpt")
-    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
+    # both ranks, as one process's. Padded rows: the ranks' epoch 2, after one process's epoch 1 (1 -> 2 ranks).
+    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / packing / f"epoch_00{epoch}.ckpt")
+    ranks = checkpoint(msrun_folder / packing / f"epoch_00{epoch}.ckpt")
+    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4 * epoch
     # N is a rank's: 2 micro-batches of the window's 4.
     assert (int(ranks.pop("accumulator.accumulate_step")), int(single.pop("accumulator.accumulate_step"))) == (2, 4)
     assert_like_one_process(ranks, single)
@@ -278,10 +278,10 @@ def assert_like_one_process(ranks, single):
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
 def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, msrun_folder):
-    # The launch resumed one process's epoch 1 of MOVED (N 4) on two ranks (N 2 each) for epoch 2: 1 -> 2. Here one
-    # process resumes the two ranks' epoch 1: 2 -> 1; both end as one process's two epochs do.
-    moved = lm_tool_worker.MOVED
-    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / moved / "epoch_002.ckpt")
+    # 1 -> 2: the launch resumed one process's epoch 1 on two ranks, which test_two_ranks_train_like_one_process_...
+    # compares. 2 -> 1: here one process (N 4) resumes the two ranks' epoch 1 (N 2 each) and ends as one process's
+    # two epochs do. The JSON log gives each epoch's ranks.
+    moved = lm_tool_worker.TWO_RANKS
     shutil.copytree(msrun_folder / moved, tmp_path / "resumed")
     with lm_tool_worker.small_synthetic_text():
         train_lm.main([*lm_tool_worker.one_process_flags(msrun_folder / lm_tool_worker.TEXT, moved),
@@ -289,9 +289,8 @@ def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, msrun
     assert "its run had 2 ranks, this one 1" in capsys.readouterr().out
     assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
     assert [record["ranks"] for record in json.loads((tmp_path / "log").read_text())["epochs"]] == [2, 1]
-    single.pop("accumulator.accumulate_step")
-    for folder in (tmp_path / "resumed", msrun_folder / lm_tool_worker.ONE_TO_TWO):
-        ranks = checkpoint(folder / "epoch_002.ckpt")
-        assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 8
-        ranks.pop("accumulator.accumulate_step")
-        assert_like_one_process(ranks, dict(single))
+    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / moved / "epoch_002.ckpt")
+    resumed = checkpoint(tmp_path / "resumed" / "epoch_002.ckpt")
+    assert int(resumed["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 8
+    assert int(resumed["accumulator.accumulate_step"]) == int(single["accumulator.accumulate_step"]) == 4
+    assert_like_one_process(resumed, single)
