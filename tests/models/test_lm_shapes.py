@@ -28,7 +28,8 @@ def test_frozen_parameters_train_a_window_equal_to_the_large_batch():
     assert any(changed) and not all(changed)
 
 
-# The fast path's one compiled window step of token counts on the LM (test_compiled_token_windows_... in CI).
+# The LM's compiled window step of token counts with nn.SGD, on the fast path and in CI alike
+# (test_compiled_token_windows_...: Adam's and the jitted micro-step's, in CI).
 def test_recomputed_blocks_train_a_window_equal_to_the_large_batch():
     def recomputed_lm():
         net = make_lm()

@@ -72,9 +72,10 @@ def test_the_mean_of_micro_batch_means_is_not_the_large_batch():
     assert relative_change_error(mean_of_means_update(make_lm, OPTIMIZERS["nn.SGD"]), large, start) > 0.1
 
 
-# CI only: the fast path's compiled window step on token counts is the recomputed blocks' test below.
+# CI only: Adam's compiled window step, and the jitted micro-step. nn.SGD's window step is the recomputed blocks' test
+# (tests/models/test_lm_shapes.py, fast path too): recomputing changes the backward's memory, not its numbers.
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, optimizer", [("window", "nn.SGD"), ("window", "mint.optim.Adam"), ("jit", "nn.SGD")])
+@pytest.mark.parametrize("mode, optimizer", [("window", "mint.optim.Adam"), ("jit", "nn.SGD")])
 def test_compiled_token_windows_equal_the_large_batch(mode, optimizer):
     start, large = reference(optimizer)
     assert relative_change_error(window_update(make_lm, OPTIMIZERS[optimizer], mode), large, start) < 1e-5

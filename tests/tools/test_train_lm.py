@@ -37,7 +37,7 @@ TINY = ["--width", "32", "--depth", "1", "--max-length", "64", "--batch-size", "
 
 @pytest.fixture
 def small_synthetic(monkeypatch):
-    """--synthetic writes 3,000 bytes (about 40 samples) instead of the tool's default."""
+    """--synthetic writes 3,000 bytes (75 samples of up to 64 tokens) instead of the tool's default."""
     monkeypatch.setattr(training.lm, "SYNTHETIC_BYTES", 3000)
 
 
@@ -128,7 +128,7 @@ def test_sgd_follows_the_window_by_the_linear_rule_under_the_warm_up_schedule(tm
 def test_the_sqrt_rule_sets_adamws_betas_and_resumes_bit_identical(tmp_path, capsys, small_synthetic):
     # The LM tool's resume, the sqrt rule's state with it (--accumulate-step auto's: tests/training/test_probe.py).
     common = ["--synthetic", "--data-dir", str(tmp_path / "text"), "--mode", "pynative", "--epochs", "2",
-              "--scale-rule", "sqrt", *TINY[:-4], "--accumulate-step", "4", "--batch-size", "2"]
+              "--scale-rule", "sqrt", *TINY, "--accumulate-step", "4"]
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "whole")])
     stopped_after_epoch_1(tmp_path / "whole", tmp_path / "cut")
     train_lm.main([*common, "--ckpt-dir", str(tmp_path / "cut"), "--resume"])
@@ -249,33 +249,16 @@ def test_a_data_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys, 
     refused(capsys, [*synthetic, "--data-dir", str(path)], f"--data-dir {path}: is a file; name a folder")
 
 
-@pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
-    """``run(text, packing)``: the folder of one process's run of ``packing`` on ``text`` with the ranks' window (N 4),
-    trained once for the module; MOVED's for 2 epochs, whose epoch 1 the rank test reads."""
-    folders = {}
-
-    def run(text, packing):
-        if packing not in folders:
-            folders[packing] = tmp_path_factory.mktemp("single")
-            epochs = 2 if packing == lm_tool_worker.MOVED else 1
-            with lm_tool_worker.small_synthetic_text():
-                train_lm.main([*lm_tool_worker.two_rank_flags(text, packing, accumulate_step=4), "--batch-size", "4",
-                               "--epochs", str(epochs), "--ckpt-dir", str(folders[packing])])
-        return folders[packing]
-    return run
-
-
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
-@pytest.mark.parametrize("packing, updates", list(lm_tool_worker.PACKINGS.items()))
-def test_two_ranks_train_like_one_process_on_the_whole_batch(one_process, msrun_folder, packing, updates):
+@pytest.mark.parametrize("packing, epoch", [(lm_tool_worker.TWO_RANKS, 1), (lm_tool_worker.ONE_TO_TWO, 2)])
+def test_two_ranks_train_like_one_process_on_the_whole_batch(msrun_folder, packing, epoch):
     # Each window is one process's 4 x 4 samples (packed: rows); rank r trains its half by position, 2 x 4, and the
     # token counts of both ranks are summed, so the updates agree. Packed within windows, a window is the 16 rows of
-    # both ranks, as one process's.
-    single = checkpoint(one_process(msrun_folder / lm_tool_worker.TEXT, packing) / "epoch_001.ckpt")
-    ranks = checkpoint(msrun_folder / packing / "epoch_001.ckpt")
-    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == updates
+    # both ranks, as one process's. Padded rows: the ranks' epoch 2, after one process's epoch 1 (1 -> 2 ranks).
+    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / packing / f"epoch_00{epoch}.ckpt")
+    ranks = checkpoint(msrun_folder / packing / f"epoch_00{epoch}.ckpt")
+    assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4 * epoch
     # N is a rank's: 2 micro-batches of the window's 4.
     assert (int(ranks.pop("accumulator.accumulate_step")), int(single.pop("accumulator.accumulate_step"))) == (2, 4)
     assert_like_one_process(ranks, single)
@@ -294,23 +277,20 @@ def assert_like_one_process(ranks, single):
 
 @pytest.mark.slow
 @pytest.mark.msrun("tests.tools.lm_tool_worker:main")
-def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, small_synthetic, msrun_folder,
-                                                         one_process):
-    # The launch trained MOVED's epoch 1 on two ranks (N 2 each), and resumed one process's epoch 1 (N 4) on both
-    # for epoch 2: 1 -> 2. Here one process resumes the two ranks' epoch 1 (N 4): 2 -> 1; both end as one process's
-    # two epochs do.
-    moved = lm_tool_worker.MOVED
-    flags = [*lm_tool_worker.two_rank_flags(msrun_folder / lm_tool_worker.TEXT, moved, accumulate_step=4),
-             "--batch-size", "4", "--epochs", "2"]
-    single = checkpoint(one_process(msrun_folder / lm_tool_worker.TEXT, moved) / "epoch_002.ckpt")
+def test_the_run_moves_between_one_process_and_two_ranks(tmp_path, capsys, msrun_folder):
+    # 1 -> 2: the launch resumed one process's epoch 1 on two ranks, which test_two_ranks_train_like_one_process_...
+    # compares. 2 -> 1: here one process (N 4) resumes the two ranks' epoch 1 (N 2 each) and ends as one process's
+    # two epochs do. The JSON log gives each epoch's ranks.
+    moved = lm_tool_worker.TWO_RANKS
     shutil.copytree(msrun_folder / moved, tmp_path / "resumed")
-    train_lm.main([*flags, "--ckpt-dir", str(tmp_path / "resumed"), "--resume", "--log-json", str(tmp_path / "log")])
+    with lm_tool_worker.small_synthetic_text():
+        train_lm.main([*lm_tool_worker.one_process_flags(msrun_folder / lm_tool_worker.TEXT, moved),
+                       "--ckpt-dir", str(tmp_path / "resumed"), "--resume", "--log-json", str(tmp_path / "log")])
     assert "its run had 2 ranks, this one 1" in capsys.readouterr().out
     assert "its run had 1 ranks, this one 2" in (msrun_folder / "rank_0.log").read_text()
     assert [record["ranks"] for record in json.loads((tmp_path / "log").read_text())["epochs"]] == [2, 1]
-    single.pop("accumulator.accumulate_step")
-    for folder in (tmp_path / "resumed", msrun_folder / "alone_0"):
-        ranks = checkpoint(folder / "epoch_002.ckpt")
-        assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 8
-        ranks.pop("accumulator.accumulate_step")
-        assert_like_one_process(ranks, dict(single))
+    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / moved / "epoch_002.ckpt")
+    resumed = checkpoint(tmp_path / "resumed" / "epoch_002.ckpt")
+    assert int(resumed["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 8
+    assert int(resumed["accumulator.accumulate_step"]) == int(single["accumulator.accumulate_step"]) == 4
+    assert_like_one_process(resumed, single)
