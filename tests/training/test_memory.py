@@ -165,7 +165,8 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
     ckpt_dir, log = str(tmp_path / "ckpt"), tmp_path / "run.json"
     # PyNative, which compiles nothing, in the children as in the run: the plan and its windows are the same in either
     # mode (the probe's driver in graph mode: test_a_probe_trains_one_window_of_the_planned_run_with_its_driver).
-    data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir, "--mode", "pynative"]
+    data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir,
+            "--mode", "pynative"]
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
     summary = train_mnist.main([*common, "--epochs", "1", "--memory-budget", "8GiB", "--log-json", str(log)])
     out = capsys.readouterr().out
