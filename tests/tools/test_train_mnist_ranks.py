@@ -75,9 +75,9 @@ def test_the_runs_batch_on_4_ranks_equals_one_process_as_the_run_moves_there_fro
     (hosts / FOUR_RANKS / "from_two").mkdir()
     shutil.copy(msrun_folder / "ckpt" / "epoch_001.ckpt", hosts / FOUR_RANKS / "from_two")
     launches = two_hosts(hosts)
-    # Meanwhile the uninterrupted run, in this process.
+    # Meanwhile the uninterrupted run, in this process, in PyNative, which compiles nothing.
     train_mnist.main(["--data-dir", synthetic_mnist_dir, "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
-                      "--ckpt-dir", str(tmp_path / "single")])
+                      "--mode", "pynative", "--ckpt-dir", str(tmp_path / "single")])
     four = ended(launches, hosts)
     assert all(launch.returncode != 0 for launch in launches) and not list((hosts / DIES).glob("rank_*.done"))
     # The scheduler that took the port names the first silent rank: 3, or 2, which 3's msrun ends within a second

@@ -106,8 +106,9 @@ def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(msru
     # micro-batches of 2 x 4 are one process's of 8, the probes' branches too. Of the last window's 7 samples rank 0
     # holds 3, rank 1 4: each applies it where the other does.
     saved = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "ckpt"), 1))
+    # The one process runs in PyNative, which compiles nothing: the modes train alike (test_uneven_windows.py).
     _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=8,
-                                  accumulate_step="auto", probe_interval=32, scale_rule="linear",
+                                  accumulate_step="auto", probe_interval=32, scale_rule="linear", mode="pynative",
                                   ckpt_dir=str(tmp_path / "single"))
     single = ms.load_checkpoint(checkpoint_path(str(tmp_path / "single"), 1))
     chosen = [[probe["accumulate_step"] for probe in json.loads(checkpoint["history"])[0]["probes"]]
@@ -119,7 +120,7 @@ def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(msru
     # micro-batch on rank 0, two on rank 1 (training.loop's last window: every rank applies where the others do).
     noise = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "noise"), 1))
     _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=6,
-                                  accumulate_step="noise", ckpt_dir=str(tmp_path / "noise"))
+                                  accumulate_step="noise", mode="pynative", ckpt_dir=str(tmp_path / "noise"))
     assert json.loads(noise["history"])[0]["samples"] == 199
     for name, value in expected.items():
         np.testing.assert_allclose(noise[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)
