@@ -15,6 +15,7 @@ import pytest
 from accumulator.batch_size import CriticalBatchSchedule
 from training.checkpoints import checkpoint_path
 from training.config import PROBE_HELD_OUT, TrainConfig
+from training.context import configure_context
 from training.loop import build_run, train, train_epoch
 from training.probe import held_out_loss
 from training.records import probe_points, write_plot
@@ -86,12 +87,14 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(tmp_path, 
 
 
 @pytest.mark.slow  # two runs of the loop, a window step compiled at each N
-def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(graph_mode):
-    # The window step takes the epoch's micro-batches joined into windows of the N the probes chose.
+def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does():
+    # The window step takes the epoch's micro-batches joined into windows of the N the probes chose; the in-graph
+    # call runs op by op in PyNative, which compiles nothing (the modes train alike: test_uneven_windows.py).
     config = TrainConfig(batch_size=2, accumulate_step="auto", probe_interval=8, probe_tolerance=0.9,
                          scale_rule="linear", lr=0.05)
-    runs = {driver: train(dataclasses.replace(config, driver=driver), toy_task(64), progress=False)[1]
-            for driver in ("window", "in-graph")}
+    runs = {driver: train(configure_context(dataclasses.replace(config, driver=driver, mode=mode)), toy_task(64),
+                          progress=False)[1]
+            for driver, mode in (("window", "graph"), ("in-graph", "pynative"))}
     assert int(runs["window"].accumulator.accumulate_step) >= 4  # N grew twice: windows of several micro-batches
     for name, value in runs["in-graph"].optimizer.parameters_and_names():
         np.testing.assert_allclose(runs["window"].optimizer.parameters_dict()[name].asnumpy(), value.asnumpy(),
