@@ -40,9 +40,10 @@ def two_ranks(folder):
 
 def four_ranks(folder):
     """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from ``two_ranks``'s epoch 1,
-    copied into ``from_two/``: 2 -> 4 ranks; its log in ``log.json``."""
+    copied into ``from_two/``: 2 -> 4 ranks; its log in ``log.json``. In PyNative, where four ranks compile nothing
+    (the ranks' compiled steps: ``two_ranks``)."""
     tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
-               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two"),
+               "--mode", "pynative", "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two"),
                "--log-json", os.path.join(folder, "log.json")])
 
 
