@@ -35,9 +35,10 @@ def trained_state(run):
 
 
 # 21 samples in 2-batches: the windows are (2,2,2,2 | 2,2,2,2 | 2,2,1), a short last one whose last batch holds 1.
-# Only weighting by sample count (not a mean of micro-batch means) matches the last 5-batch. PyNative, which compiles
-# nothing: every driver in graph mode against the large batch in PyNative, also with a short last window,
-# is test_uneven_windows.py's test_windows_of_8_8_4_train_like_batches_of_20_on_every_driver.
+# Only weighting by sample count (not a mean of micro-batch means) matches the last 5-batch. In PyNative, which
+# compiles nothing; every driver in graph mode, a short last window (8 + 2) among them, against the large batch in
+# PyNative: test_uneven_windows.py's every-driver test, whose window step the fast path runs.
+@pytest.mark.slow
 def test_pynative_mode_trains_like_batches_of_8_the_last_window_weighted_by_its_samples():
     common = dict(samples=21, optimizer="momentum", mode="pynative")
     accumulated, run = trained_toy(**common, accumulate_step=4)
