@@ -34,14 +34,14 @@ SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 
 def two_ranks(folder):
-    """Epoch 1 of SHARED_BATCH's run on two ranks (``ckpt/``), which ``four_ranks`` resumes."""
-    run(folder, SHARED_BATCH)
+    """Epoch 1 of SHARED_BATCH's run on two ranks (``ckpt/``), which ``four_ranks`` resumes. In PyNative, which
+    compiles nothing (the ranks' compiled steps: ``probe``)."""
+    run(folder, [*SHARED_BATCH, "--mode", "pynative"])
 
 
 def four_ranks(folder):
     """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from ``two_ranks``'s epoch 1,
-    copied into ``from_two/``: 2 -> 4 ranks; its log in ``log.json``. In PyNative, where four ranks compile nothing
-    (the ranks' compiled steps: ``two_ranks``)."""
+    copied into ``from_two/``: 2 -> 4 ranks; its log in ``log.json``. In PyNative, as ``two_ranks``."""
     tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
                "--mode", "pynative", "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two"),
                "--log-json", os.path.join(folder, "log.json")])
