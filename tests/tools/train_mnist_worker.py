@@ -1,7 +1,7 @@
 """The MNIST tool's cases of the suite's msrun launch (tests/msrun.py): scripts/train_mnist.py --distributed on two
 ranks, its checkpoints in ``folder/ckpt``, on the synthetic MNIST ``prepare`` writes (conftest's
 ``synthetic_mnist_dir``'s: 200 train and 100 test samples, seed 0). Read by test_train_mnist_ranks.py
-(``four_ranks``, ``dies``, in launches of its own),
+(``two_ranks``; ``four_ranks`` and ``dies`` in launches of its own),
 tests/training/test_probe.py (``probe``: the adaptive windows) and tests/training/test_memory.py (``memory``).
 """
 import os
@@ -29,15 +29,21 @@ def run(folder, flags, data="mnist", ckpt="ckpt"):
                "--ckpt-dir", os.path.join(folder, ckpt)])
 
 
-# The run's batch of 9 over four ranks: 2, 2, 2 and 3 samples, one micro-batch each (test_train_mnist_ranks.py).
+# The run's batch of 9: on two ranks 4 and 5 samples, on four 2, 2, 2 and 3 (test_train_mnist_ranks.py).
 SHARED_BATCH = ["--lr", "0.1", "--batch-size", "9", "--micro-batch", "4"]
 
 
+def two_ranks(folder):
+    """Epoch 1 of SHARED_BATCH's run on two ranks (``ckpt/``), which ``four_ranks`` resumes. In PyNative, which
+    compiles nothing (the ranks' compiled steps: ``probe``)."""
+    run(folder, [*SHARED_BATCH, "--mode", "pynative"])
+
+
 def four_ranks(folder):
-    """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from one process's epoch 1,
-    copied into ``from_one/``: 1 -> 4 ranks; its log in ``log.json``."""
+    """On four ranks (two launches of two, as two hosts): epoch 2 of SHARED_BATCH's run from ``two_ranks``'s epoch 1,
+    copied into ``from_two/``: 2 -> 4 ranks; its log in ``log.json``. In PyNative, as ``two_ranks``."""
     tool.main(["--data-dir", os.path.join(folder, "mnist"), "--no-shuffle", *SHARED_BATCH, "--epochs", "2",
-               "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_one"),
+               "--mode", "pynative", "--resume", "--distributed", "--ckpt-dir", os.path.join(folder, "from_two"),
                "--log-json", os.path.join(folder, "log.json")])
 
 

@@ -34,57 +34,22 @@ def trained_state(run):
     return state
 
 
-RUNS = {}
-
-
-def trained_once(**settings):
-    """``trained_toy``'s summary and state, run once per module for the same settings (the tests only read them)."""
-    key = tuple(sorted(settings.items()))
-    if key not in RUNS:
-        summary, run = trained_toy(**settings)
-        RUNS[key] = summary, trained_state(run)
-    return RUNS[key]
-
-
 # 21 samples in 2-batches: the windows are (2,2,2,2 | 2,2,2,2 | 2,2,1), a short last one whose last batch holds 1.
-# Only weighting by sample count (not a mean of micro-batch means) matches the last 5-batch.
-DRIVER_SETTINGS = dict(samples=21, accumulate_step=4, optimizer="momentum")
-
-
-# Every driver on the toy net, the epochs' one-off shapes op by op (the last 1-batch, the partial window's flush),
-# the rest compiled; on MNIST, through the tool, test_uneven_windows.py's
-# test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20. Long: the fast path's every-driver check is
-# test_uneven_windows.py's toy windows of 8, 8 and 4.
+# Only weighting by sample count (not a mean of micro-batch means) matches the last 5-batch. In PyNative, which
+# compiles nothing; every driver in graph mode, a short last window (8 + 2) among them, against the large batch in
+# PyNative: test_uneven_windows.py's every-driver test, whose window step the fast path runs.
 @pytest.mark.slow
-def test_every_driver_trains_to_the_same_weights():
-    # The in-graph run must also equal 8-batches (8 | 8 | 5).
-    common = DRIVER_SETTINGS
-    in_graph, expected = trained_once(**common, driver="in-graph")
-    # The oracle runs in PyNative, which compiles nothing; test_pynative_mode_trains_like_graph_mode ties the modes.
-    large_batch, large_run = trained_toy(**{**common, "batch_size": 8, "accumulate_step": 1}, mode="pynative")
-    assert in_graph["updates"] == large_batch["updates"] == 6
-    for name, value in trained_state(large_run).items():
-        np.testing.assert_allclose(expected[name], value, rtol=1e-5, atol=1e-6, err_msg=f"large batch: {name}")
+def test_pynative_mode_trains_like_batches_of_8_the_last_window_weighted_by_its_samples():
+    common = dict(samples=21, optimizer="momentum", mode="pynative")
+    accumulated, run = trained_toy(**common, accumulate_step=4)
+    large_batch, large_run = trained_toy(**common, batch_size=8, accumulate_step=1)
+    assert accumulated["updates"] == large_batch["updates"] == 6
+    expected = trained_state(large_run)
+    for name, value in trained_state(run).items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
     # lr 0.1: the weights moved far beyond the tolerance.
-    start = build_run(TrainConfig(), toy_task(DRIVER_SETTINGS["samples"])).net.get_parameters()
+    start = build_run(TrainConfig(), toy_task(21)).net.get_parameters()
     assert max(np.abs(expected[param.name] - param.asnumpy()).max() for param in start) > 1e-3
-    for driver in ("host", "window"):
-        summary, run = trained_toy(**common, driver=driver)
-        assert ms.get_context("mode") == ms.GRAPH_MODE, driver  # put back after each epoch's op-by-op tail
-        assert summary["updates"] == in_graph["updates"], driver
-        assert summary["final_train_loss"] == pytest.approx(in_graph["final_train_loss"], rel=1e-5), driver
-        for name, value in expected.items():
-            np.testing.assert_allclose(trained_state(run)[name], value, rtol=1e-5, atol=1e-6,
-                                       err_msg=f"{driver}: {name}")
-
-
-@pytest.mark.slow  # long: the graph run is test_every_driver_trains_to_the_same_weights's, a slow test's
-def test_pynative_mode_trains_like_graph_mode():
-    # The graph run is test_every_driver_trains_to_the_same_weights's, when this process ran it.
-    _, graph = trained_once(**DRIVER_SETTINGS, driver="in-graph")
-    _, pynative = trained_toy(**DRIVER_SETTINGS, driver="in-graph", mode="pynative")
-    for name, value in graph.items():
-        np.testing.assert_allclose(trained_state(pynative)[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("drop_last, samples, updates", [(False, 10, 2), (True, 8, 1)])

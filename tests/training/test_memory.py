@@ -163,7 +163,10 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
         synthetic_mnist_dir, tmp_path, capsys, monkeypatch, train_mnist_run):
     monkeypatch.setattr(training.memory, "candidate_sizes", lambda batch: [4, 8])  # two sizes in one child
     ckpt_dir, log = str(tmp_path / "ckpt"), tmp_path / "run.json"
-    data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir]
+    # PyNative, which compiles nothing, in the children as in the run: the plan and its windows are the same in either
+    # mode (the probe's driver in graph mode: test_a_probe_trains_one_window_of_the_planned_run_with_its_driver).
+    data = ["--data-dir", synthetic_mnist_dir, "--lr", "0.1", "--no-shuffle", "--ckpt-dir", ckpt_dir,
+            "--mode", "pynative"]
     common = [*data, "--batch-size", "16", "--micro-batch", "auto"]
     summary = train_mnist.main([*common, "--epochs", "1", "--memory-budget", "8GiB", "--log-json", str(log)])
     out = capsys.readouterr().out
@@ -179,7 +182,7 @@ def test_the_planned_run_equals_the_large_batch_logs_its_plan_and_keeps_it_on_re
 
     # Every window holds the 16 samples one large batch would: the same weights, from the same start.
     _, expected = train_mnist_run(synthetic_mnist_dir, epochs=1, lr=0.1, shuffle=False, batch_size=16,
-                                  accumulate_step=1)
+                                  accumulate_step=1, mode="pynative")
     saved = ms.load_checkpoint(str(tmp_path / "ckpt" / "epoch_001.ckpt"))
     assert int(saved["accumulator.update_count"].asnumpy()) == summary["updates"] == 200 // 16 + 1
     for name, value in expected.items():

@@ -15,6 +15,7 @@ import pytest
 from accumulator.batch_size import CriticalBatchSchedule
 from training.checkpoints import checkpoint_path
 from training.config import PROBE_HELD_OUT, TrainConfig
+from training.context import configure_context
 from training.loop import build_run, train, train_epoch
 from training.probe import held_out_loss
 from training.records import probe_points, write_plot
@@ -86,12 +87,14 @@ def test_a_run_interrupted_mid_probe_resumes_to_the_uninterrupted_end(tmp_path, 
 
 
 @pytest.mark.slow  # two runs of the loop, a window step compiled at each N
-def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does(graph_mode):
-    # The window step takes the epoch's micro-batches joined into windows of the N the probes chose.
+def test_the_window_step_at_every_n_trains_as_the_in_graph_call_does():
+    # The window step takes the epoch's micro-batches joined into windows of the N the probes chose; the in-graph
+    # call runs op by op in PyNative, which compiles nothing (the modes train alike: test_uneven_windows.py).
     config = TrainConfig(batch_size=2, accumulate_step="auto", probe_interval=8, probe_tolerance=0.9,
                          scale_rule="linear", lr=0.05)
-    runs = {driver: train(dataclasses.replace(config, driver=driver), toy_task(64), progress=False)[1]
-            for driver in ("window", "in-graph")}
+    runs = {driver: train(configure_context(dataclasses.replace(config, driver=driver, mode=mode)), toy_task(64),
+                          progress=False)[1]
+            for driver, mode in (("window", "graph"), ("in-graph", "pynative"))}
     assert int(runs["window"].accumulator.accumulate_step) >= 4  # N grew twice: windows of several micro-batches
     for name, value in runs["in-graph"].optimizer.parameters_and_names():
         np.testing.assert_allclose(runs["window"].optimizer.parameters_dict()[name].asnumpy(), value.asnumpy(),
@@ -106,8 +109,9 @@ def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(msru
     # micro-batches of 2 x 4 are one process's of 8, the probes' branches too. Of the last window's 7 samples rank 0
     # holds 3, rank 1 4: each applies it where the other does.
     saved = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "ckpt"), 1))
+    # The one process runs in PyNative, which compiles nothing: the modes train alike (test_uneven_windows.py).
     _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=8,
-                                  accumulate_step="auto", probe_interval=32, scale_rule="linear",
+                                  accumulate_step="auto", probe_interval=32, scale_rule="linear", mode="pynative",
                                   ckpt_dir=str(tmp_path / "single"))
     single = ms.load_checkpoint(checkpoint_path(str(tmp_path / "single"), 1))
     chosen = [[probe["accumulate_step"] for probe in json.loads(checkpoint["history"])[0]["probes"]]
@@ -119,7 +123,7 @@ def test_every_rank_takes_the_decision_one_process_takes_on_the_whole_batch(msru
     # micro-batch on rank 0, two on rank 1 (training.loop's last window: every rank applies where the others do).
     noise = ms.load_checkpoint(checkpoint_path(str(msrun_folder / "noise"), 1))
     _, expected = train_mnist_run(str(msrun_folder / "odd"), epochs=1, lr=0.05, shuffle=False, batch_size=6,
-                                  accumulate_step="noise", ckpt_dir=str(tmp_path / "noise"))
+                                  accumulate_step="noise", mode="pynative", ckpt_dir=str(tmp_path / "noise"))
     assert json.loads(noise["history"])[0]["samples"] == 199
     for name, value in expected.items():
         np.testing.assert_allclose(noise[name].asnumpy(), value, rtol=1e-5, atol=1e-6, err_msg=name)

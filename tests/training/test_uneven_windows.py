@@ -35,7 +35,8 @@ def assert_same_weights(run, expected):
 
 
 # Every whole window's 4 runs compiled; the epoch's partial window op by op: its 2, and with the window step its 8.
-# The window step, --driver auto's pick, on the fast path; CI runs every driver.
+# The window step, --driver auto's pick, on the fast path; CI runs every driver (on MNIST, through the tool:
+# test_the_mnist_tool_trains_windows_of_8_8_4_like_batches_of_20, below).
 @pytest.mark.parametrize("driver, eager_rows", sweep([("window", [8, 2]), ("host", [2]), ("in-graph", [2])]))
 def test_windows_of_8_8_4_train_like_batches_of_20_on_every_driver(driver, eager_rows):
     # 50 samples: windows 8+8+4, 8+8+4 and a partial 8+2, against batches of 20, 20 and 10.
@@ -43,6 +44,7 @@ def test_windows_of_8_8_4_train_like_batches_of_20_on_every_driver(driver, eager
     uneven = trained(TrainConfig(batch_size=8, accumulate_step=3, last_micro_batch=4, driver=driver, lr=0.5,
                                  optimizer="momentum"), toy_task(50), eager)
     assert uneven.driver == driver and eager == eager_rows
+    assert ms.get_context("mode") == ms.GRAPH_MODE  # put back after the epoch's op-by-op tail
     large = trained(TrainConfig(batch_size=20, accumulate_step=1, lr=0.5, optimizer="momentum", mode="pynative"),
                     toy_task(50))
     assert int(large.accumulator.update_count) == 3
