@@ -75,5 +75,9 @@ def train_mnist_run():
 
 
 def pytest_collection_modifyitems(items):
-    """The tests that read the msrun launch run last: the launch runs in the background meanwhile (tests/msrun.py)."""
-    items.sort(key=lambda item: item.get_closest_marker("msrun") is not None)
+    """The tests that read the msrun launch run last, the launch running in the background meanwhile (tests/msrun.py);
+    first among them one marked ``first=True``, whose case the launch runs first."""
+    def order(item):
+        mark = item.get_closest_marker("msrun")
+        return mark is not None, not (mark and mark.kwargs.get("first"))
+    items.sort(key=order)

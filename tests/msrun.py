@@ -44,7 +44,8 @@ def msrun_launch(request, tmp_path_factory):
     one that starts the launch waits for it before it ends, and writes ``ended`` when msrun has."""
     base = tmp_path_factory.getbasetemp()
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "msrun"
-    cases = sorted({mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")})
+    # in the order of their tests (tests/conftest.py: one marked ``first=True`` first)
+    cases = list(dict.fromkeys(mark.args[0] for item in request.session.items for mark in item.iter_markers("msrun")))
     try:
         root.mkdir()  # atomic: the first process here starts the launch, the others go on
     except FileExistsError:
@@ -71,16 +72,20 @@ def wait_then_end(root, cases):
 
 @pytest.fixture
 def msrun_folder(request, msrun_launch):
-    """This test's case folder once the launch has ended; fails with the case's tracebacks, or msrun's logs."""
-    give_up = time.monotonic() + TIMEOUT + 60  # the launching process may die before it writes ``ended``
-    while not (msrun_launch / "ended").exists() and time.monotonic() < give_up:
-        time.sleep(0.5)
+    """This test's case folder once every rank has ended it (or the launch has); fails with the case's tracebacks, or
+    msrun's logs."""
     folder = msrun_launch / request.node.get_closest_marker("msrun").args[0]
+    give_up = time.monotonic() + TIMEOUT + 60  # the launching process may die before it writes ``ended``
+    while (len(list(folder.glob("rank_*.done"))) < RANKS and not list(folder.glob("rank_*.error"))
+           and not (msrun_launch / "ended").exists() and time.monotonic() < give_up):
+        time.sleep(0.5)
     errors = "".join(error.read_text() for error in sorted(folder.glob("rank_*.error")))
     if errors or len(list(folder.glob("rank_*.done"))) < RANKS:
         pytest.fail(errors or "".join(log.read_text()[-3000:] for log in sorted(msrun_launch.glob("logs/*"))),
                     pytrace=False)
     return folder
+
+
 if __name__ == "__main__":  # each rank: each case in turn in a new process's mode, its output, .done or .error
     import mindspore as ms
     from mindspore.communication import get_rank, init

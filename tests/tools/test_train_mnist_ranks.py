@@ -60,7 +60,7 @@ def ended(launches, root):
 
 
 @pytest.mark.slow
-@pytest.mark.msrun(TWO_RANKS)
+@pytest.mark.msrun(TWO_RANKS, first=True)  # its own launch follows: the shared one runs its case first
 def test_the_runs_batch_on_4_ranks_equals_one_process_as_the_run_moves_there_from_two(
         msrun_folder, synthetic_mnist_dir, tmp_path, monkeypatch):
     # The shared launch's two ranks trained epoch 1 (train_mnist_worker.two_ranks). Two launches of two ranks, as two
