@@ -240,12 +240,10 @@ def test_the_sizes_that_fit_are_measured_in_one_child_and_planned(children_start
 
 @pytest.mark.slow
 def test_a_child_measures_the_memory_its_step_holds_per_sample_and_a_reused_one_resets_its_peak(children_started):
-    small = measure_in_child(touch_memory, 1, args=(64 * MIB,), steps=1)
     with MeasuringChild(touch_memory, args=(64 * MIB,), steps=1) as child:  # this module's name: not counted
-        large, reused = child.measure(4), child.measure(1)
+        small, large, reused = child.measure(1), child.measure(4), child.measure(1)
         assert child.alive
-    # 64 MiB a sample: 4's peak, its child's first, is 1's fresh one and the 3 samples' 192 MiB, give or take the
-    # import's noise.
+    # 64 MiB a sample: 4's peak is 1's, its child's first, and the 3 samples' 192 MiB, give or take the import's noise.
     assert abs((large.peak - small.peak) - 192 * MIB) < 32 * MIB
     assert large.peak - reused.peak > 150 * MIB  # reset: the 4 samples' block is no longer the peak
     assert reused.peak >= small.peak - 8 * MIB, (reused.peak, small.peak)  # what it still holds counts: conservative
@@ -256,7 +254,7 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample_and_a_reused_one_
     # 4, the first tried, passed the budget: its child was stopped there, and the search went on down.
     over = plan.probes[-1]
     assert over.size == 4 and over.outcome.startswith("over the budget (stopped at ") and over.peak > budget * 0.9
-    assert len(children_started) == 1 + 2  # measure_in_child's above, then 4's, then one for 2 and 1
+    assert len(children_started) == 2  # 4's, then one for 2 and 1
 
 
 @pytest.mark.slow  # the page's planning example, saved and run as a script: a child per size
