@@ -178,8 +178,6 @@ def measure_in_child(make_step, size, args=(), steps=STEPS, samples=None, limit=
         >>> measured = measure_in_child(touch_memory, 4, args=(2 ** 20,), steps=1)
         >>> measured.outcome, measured.peak > 4 * 2 ** 20
         ('measured', True)
-        >>> measure_in_child(touch_memory, 2, args=(2 ** 30,), steps=1, limit=measured.peak + 2 ** 29).outcome[:28]
-        'over the budget (stopped at '
     """
     with MeasuringChild(make_step, args, steps) as child:
         return child.measure(size, samples, limit)
@@ -224,10 +222,6 @@ def plan_micro_batch(make_step, batch, memory_budget=None, *, args=(), candidate
         >>> plan = plan_micro_batch(touch_memory, 6, peak + 2 ** 30, args=(2 ** 20,), candidates=[2], steps=1)
         >>> plan.micro_batch, plan.accumulate_step
         (2, 3)
-        >>> plan_micro_batch(touch_memory, 6, 2 ** 20, args=(2 ** 20,), candidates=[2], steps=1)
-        Traceback (most recent call last):
-        ...
-        accumulator.memory.plan.PlanError: a memory budget of 1.0 MiB is below the smallest micro-batch's need: ...
     """
     if device is None:
         import mindspore as ms

@@ -33,8 +33,8 @@ def micro_step(net, accumulator):
     return step
 
 
-def train(net, accumulator, micro_batches, start=0):
-    step = micro_step(net, accumulator)
+def train(step, accumulator, micro_batches, start=0):
+    """Micro-steps ``start`` on through ``step``, compiled once per run (``micro_step``), each followed by ``step()``."""
     for index in range(start, start + micro_batches):
         step(Tensor(np.full((4, 3), 0.1 * (index % 5) - 0.2, np.float32)))
         accumulator.step()
@@ -44,9 +44,10 @@ def test_sqrt_scales_adam_at_a_change_from_2_to_8():
     net = dense()
     accumulator = Accumulator(optim.AdamW(net.trainable_params(), lr=0.01), {0: 2, 1: 8})
     rule = ScaleRule(accumulator, "sqrt")   # tuned at the first window, N = 2
-    train(net, accumulator, 2)
+    step = micro_step(net, accumulator)
+    train(step, accumulator, 2)
     assert rule.record()["lr"] == pytest.approx(0.01)
-    train(net, accumulator, 8, start=2)     # the first window of 8: κ = 4
+    train(step, accumulator, 8, start=2)    # the first window of 8: κ = 4
     values = rule.record()
     assert values["lr"] == pytest.approx(0.02)
     assert values["beta1"] == pytest.approx(0.6)
@@ -65,7 +66,7 @@ def test_linear_scales_the_learning_rate_by_4_from_2_to_8(make):
     optimizer = make(net.trainable_params())
     accumulator = Accumulator(optimizer, {0: 2, 1: 8})
     rule = ScaleRule(accumulator, "linear", tuned_step=2)
-    train(net, accumulator, 10)
+    train(micro_step(net, accumulator), accumulator, 10)
     lr = optimizer.learning_rate if isinstance(optimizer, nn.Optimizer) else optimizer.param_groups[0]["lr"]
     assert float(lr) == pytest.approx(0.4)
     assert rule.record()["progress"] == 5.0
@@ -94,12 +95,12 @@ def test_the_updates_run_with_the_scaled_betas(adam):
     net = dense()
     accumulator = Accumulator(adam(net.trainable_params(), lr=0.01), 8)
     ScaleRule(accumulator, "sqrt", tuned_step=2)
-    train(net, accumulator, 16)
+    train(micro_step(net, accumulator), accumulator, 16)
 
     reference = dense()
     optimizer = adam(reference.trainable_params(), lr=0.02, betas=(0.6, 0.996), eps=0.5e-8)
     accumulator = Accumulator(optimizer, 8)
-    train(reference, accumulator, 16)
+    train(micro_step(reference, accumulator), accumulator, 16)
     for mine, theirs in zip(net.trainable_params(), reference.trainable_params()):
         assert not np.array_equal(mine.asnumpy(), dense().trainable_params()[0].asnumpy())
         np.testing.assert_allclose(mine.asnumpy(), theirs.asnumpy(), rtol=1e-6)
@@ -111,10 +112,11 @@ def test_a_chainable_scheduler_keeps_the_rules_factor():
     scheduler = optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.5)
     accumulator = Accumulator(optimizer, 4)
     ScaleRule(accumulator, "linear", tuned_step=1)
-    train(net, accumulator, 4)
+    step = micro_step(net, accumulator)
+    train(step, accumulator, 4)
     scheduler.step()
     assert float(optimizer.param_groups[0]["lr"]) == pytest.approx(0.2)   # 0.1 x 4 x 0.5
-    train(net, accumulator, 4, start=4)
+    train(step, accumulator, 4, start=4)
     assert float(optimizer.param_groups[0]["lr"]) == pytest.approx(0.2)
 
 
@@ -127,15 +129,16 @@ def build(schedule):
 def test_a_resumed_run_equals_an_uninterrupted_one_across_a_change(tmp_path):
     schedule = {0: 2, 2: 4}                  # N changes after the checkpoint
     net, accumulator, _ = build(schedule)
-    train(net, accumulator, 5)               # mid-window, after the second update
+    step = micro_step(net, accumulator)
+    train(step, accumulator, 5)              # mid-window, after the second update
     path = str(tmp_path / "run.ckpt")
     save_checkpoint(path, net, accumulator.optimizer, accumulator)
-    train(net, accumulator, 7, start=5)      # the uninterrupted run goes on
+    train(step, accumulator, 7, start=5)     # the uninterrupted run goes on
     expected = [p.asnumpy() for p in net.trainable_params()]
     net, accumulator, rule = build(schedule)
     load_checkpoint(path, net, accumulator.optimizer, accumulator)
     assert rule.record()["beta2"] == pytest.approx(1 - 2 * 0.001)
-    train(net, accumulator, 7, start=5)
+    train(micro_step(net, accumulator), accumulator, 7, start=5)
     for actual, wanted in zip(net.trainable_params(), expected):
         np.testing.assert_array_equal(actual.asnumpy(), wanted)
 

@@ -185,7 +185,7 @@ def test_checkpoint_mid_window_resumes_exactly(tmp_path):
     run_windows(step, batches, ACCUMULATE_STEP + 2, total)   # the uninterrupted run goes on
     expected = statistics(net[0])
 
-    # Restored in place, the compiled step runs on (a new process's restore: tests/accumulator/core/test_checkpoints.py).
+    # Restored in place, the compiled step runs on (a fresh run's restore: tests/accumulator/core/test_checkpoints.py).
     load_checkpoint(path, net, accumulator.optimizer, accumulator)
     assert float(window_state(accumulator)["accumulator.0.window_count"]) == 2 * MICRO_BATCH * 16  # back mid-window
     run_windows(step, batches, ACCUMULATE_STEP + 2, total)
