@@ -4,6 +4,7 @@ By hand: a step needing 100 MiB + 10 MiB a sample under a budget of 400 MiB, 90%
 260 MiB and 32 needs 420, so a batch of 64 runs as 4 micro-batches of 16.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -254,6 +255,17 @@ def test_a_child_measures_the_memory_its_step_holds_per_sample_and_a_reused_one_
     over = plan.probes[-1]
     assert over.size == 4 and over.outcome.startswith("over the budget (stopped at ") and over.peak > budget * 0.9
     assert len(children_started) == 2  # 4's, then one for 2 and 1
+
+
+@pytest.mark.slow  # the page's planning example, saved and run as a script: a child per size
+def test_the_docs_planning_example_runs_as_a_saved_script(tmp_path):
+    page = (ROOT / "docs" / "memory-plan.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", page, flags=re.MULTILINE | re.DOTALL)
+    writes_steps, plans = blocks[0], next(block for block in blocks if "def main():" in block)
+    (tmp_path / "plan_it.py").write_text(writes_steps + plans, encoding="utf-8")
+    done = subprocess.run([sys.executable, "plan_it.py"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "per update" in done.stdout, done.stderr[-2000:]
 
 
 def measuring_children(pid):
