@@ -50,7 +50,7 @@ def msrun_launch(request, tmp_path_factory):
         root.mkdir()  # atomic: the first process here starts the launch, the others go on
     except FileExistsError:
         cases = []
-    waiting = cases and threading.Thread(target=wait_then_end, args=(root, cases))
+    waiting = threading.Thread(target=wait_then_end, args=(root, cases)) if cases else None
     if waiting:
         for case in cases:
             (root / case).mkdir()

@@ -8,6 +8,7 @@ import functools
 import glob
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 import mindspore as ms
@@ -32,14 +33,13 @@ def compiles_during(calls):
     folder = tempfile.mkdtemp()
     # The bootstrap pass's graphs alone, read at the process's first save: every pass's would double each compile
     # (docs/mindspore-behaviours.md, "A compile per padded length").
-    os.environ["MS_DEV_DUMP_IR_PASSES"] = "bootstrap"
-    ms.set_context(save_graphs=1, save_graphs_path=folder)
-    try:
-        for call in calls:
-            call()
-    finally:
-        ms.set_context(save_graphs=0)
-        del os.environ["MS_DEV_DUMP_IR_PASSES"]
+    with mock.patch.dict(os.environ, MS_DEV_DUMP_IR_PASSES="bootstrap"):  # put back as it was
+        ms.set_context(save_graphs=1, save_graphs_path=folder)
+        try:
+            for call in calls:
+                call()
+        finally:
+            ms.set_context(save_graphs=0)
     return len(glob.glob(os.path.join(folder, "**", "00_bootstrap_*.ir"), recursive=True))
 
 

@@ -21,7 +21,7 @@ import data.packing
 from tests.tools import lm_tool_worker
 import training.lm
 from scripts import train_lm  # scripts/ has no __init__.py: a namespace package on pytest's path
-from training.checkpoints import save_epoch_checkpoint
+from training.checkpoints import checkpoint_path, save_epoch_checkpoint
 from data.text import synthetic_text
 from training.lm import SYNTHETIC_MARKER, lm_task
 from training.lm_command import build_parser
@@ -36,9 +36,10 @@ TINY = ["--width", "32", "--depth", "1", "--max-length", "64", "--batch-size", "
 
 
 @pytest.fixture
-def small_synthetic(monkeypatch):
+def small_synthetic():
     """--synthetic writes 3,000 bytes (75 samples of up to 64 tokens) instead of the tool's default."""
-    monkeypatch.setattr(training.lm, "SYNTHETIC_BYTES", 3000)
+    with lm_tool_worker.small_synthetic_text():
+        yield
 
 
 def refused(capsys, argv, message, status=1):
@@ -256,8 +257,8 @@ def test_two_ranks_train_like_one_process_on_the_whole_batch(msrun_folder, packi
     # Each window is one process's 4 x 4 samples (packed: rows); rank r trains its half by position, 2 x 4, and the
     # token counts of both ranks are summed, so the updates agree. Packed within windows, a window is the 16 rows of
     # both ranks, as one process's. Padded rows: the ranks' epoch 2, after one process's epoch 1 (1 -> 2 ranks).
-    single = checkpoint(msrun_folder / lm_tool_worker.ONE_PROCESS / packing / f"epoch_00{epoch}.ckpt")
-    ranks = checkpoint(msrun_folder / packing / f"epoch_00{epoch}.ckpt")
+    single = checkpoint(checkpoint_path(msrun_folder / lm_tool_worker.ONE_PROCESS / packing, epoch))
+    ranks = checkpoint(checkpoint_path(msrun_folder / packing, epoch))
     assert int(ranks["accumulator.update_count"]) == int(single["accumulator.update_count"]) == 4 * epoch
     # N is a rank's: 2 micro-batches of the window's 4.
     assert (int(ranks.pop("accumulator.accumulate_step")), int(single.pop("accumulator.accumulate_step"))) == (2, 4)
