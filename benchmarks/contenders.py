@@ -199,7 +199,7 @@ def _build_tutorial(spec):
 
 
 @register("tutorial_skip", "the tutorial's design skipping a window of NaN or Inf exactly, as the accumulator does by "
-          "default: the check in its branch, the optimizer in a second, sibling one (benchmarks/tutorial.py)")
+          "default: the check in its branch, the optimizer in an if inside it (benchmarks/tutorial.py)")
 def _build_tutorial_skip(spec):
     from benchmarks.tutorial import TutorialSkippingAccumulator
     return _accumulating(spec, TutorialSkippingAccumulator, divide_loss=True)

@@ -50,9 +50,10 @@ class TutorialAccumulator:
 class TutorialSkippingAccumulator(TutorialAccumulator):
     """The tutorial's design with what the Accumulator adds by default: a window holding NaN or Inf skipped exactly.
 
-    The optimizer must not run on such a window, and the window is known whole only in the branch on
-    ``counter % N``; an ``if`` nested in it leaks host memory, so a second, sibling branch applies it: the least
-    code that pays for an exact skip (docs/mindspore-behaviours.md#skipping-a-window-exactly-takes-a-second-branch).
+    The optimizer must not run on such a window, which is known whole only in the branch on ``counter % N`` and
+    known finite only after a pass over its sums there: an ``if`` inside that branch decides, on a Parameter, and
+    every path of both returns, as a branch that returns nothing leaks host memory: the least code that pays for
+    an exact skip (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
 
     Example:
         >>> import numpy as np
@@ -60,9 +61,9 @@ class TutorialSkippingAccumulator(TutorialAccumulator):
         >>> net = nn.Dense(2, 1, weight_init="zeros", bias_init="zeros")
         >>> accumulator = TutorialSkippingAccumulator(nn.SGD(net.trainable_params(), learning_rate=0.5), 1)
         >>> nan = tuple(ops.ones_like(p) * float("nan") for p in net.trainable_params())
-        >>> accumulator(nan), net.bias.asnumpy()  # skipped: the weights keep their values
-        (True, array([0.], dtype=float32))
-        >>> accumulator(tuple(ops.ones_like(p) for p in net.trainable_params())), net.bias.asnumpy()
+        >>> bool(accumulator(nan)), net.bias.asnumpy()  # skipped: the weights keep their values
+        (False, array([0.], dtype=float32))
+        >>> bool(accumulator(tuple(ops.ones_like(p) for p in net.trainable_params()))), net.bias.asnumpy()
         (True, array([-0.5], dtype=float32))
     """
 
@@ -72,17 +73,22 @@ class TutorialSkippingAccumulator(TutorialAccumulator):
 
     def __call__(self, grads):
         self.map(ops.partial(ops.assign_add), self.inner_grads, grads)
-        if self.counter % self.accumulate_step == 0:
+        full = self.counter % self.accumulate_step == 0
+        ops.assign_add(self.counter, Tensor(1, ms.int32))
+        if full:
             # Finite when the sum of every element is: a MatMul with ones per tensor, as the Accumulator's CPU check.
             finite = ops.isfinite(ops.addn(self.map(_total, self.inner_grads)))
             ops.assign(self.due, finite)
             self.map(ops.partial(_clear_unless, finite), self.inner_grads, self.zeros)  # a skipped window
+            return self._apply_if_due()
+        return Tensor(False)
+
+    def _apply_if_due(self):
         if self.due:
             self.optimizer(self.inner_grads)
             self.map(ops.partial(ops.assign), self.inner_grads, self.zeros)
-            ops.assign(self.due, Tensor(False))
-        ops.assign_add(self.counter, Tensor(1, ms.int32))
-        return True
+            return Tensor(True)
+        return Tensor(False)
 
 
 def _total(tensor):

@@ -145,7 +145,7 @@ class Accumulator:
         self.weight_total = state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = state_parameter(0, ms.int32, "skipped_windows")
-        self.ready = state_parameter(False, ms.bool_, "ready")  # set and cleared in one call: not checkpointed
+        self.ready = state_parameter(False, ms.bool_, "ready")  # set by each close, read after it: not checkpointed
         self.policies = []
         self.hooks = {hook: [] for hook in HOOKS}
         self.needs = {"norm": False, "finite": False}  # what the window summary computes
@@ -259,19 +259,16 @@ class Accumulator:
         full = self.micro_step >= self.accumulate_step
         if flush is not False:
             full = ops.logical_or(full, flush)
-        gated = bool(self.hooks["gate"])
-        # Branch on a name that is not returned (docs/mindspore-behaviours.md#a-branch-whose-condition-is-also-returned-is-dropped).
+        # One branch, every path of it returning what the call returns, nothing computed in it crossing into the
+        # `if` inside: else MindSpore leaks host memory (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
         if full:
             if self.samples_last:  # a Python test: an empty call here is a side effect MindSpore warns of
                 self._sample_last(flats, count, kept)
             self._close_window()
-            if not gated:  # a Python test: nothing can skip a full window, so it applies in the same branch
-                self._update()
-        if gated:
-            # A gate decides in the close whether the optimizer runs: a second branch, as a nested one leaks
-            # (docs/mindspore-behaviours.md#skipping-a-window-exactly-takes-a-second-branch).
-            return self._update_if_ready()
-        return ops.logical_and(full, TRUE)
+            if self.hooks["gate"]:  # a Python test: a gate may skip the window, which the close left in `ready`
+                return self._update_if_ready()
+            return self._update()
+        return FALSE
 
     def accumulate(self, grads, count=None, last=None):
         """``add`` and ``count`` one micro-batch, returns the position; ``step()`` or ``flush`` applies. ``last``: True
@@ -441,7 +438,7 @@ class Accumulator:
         return grads, factor, applied
 
     def _update_if_ready(self, grads=None, factor=None, clear=True):
-        # A sibling of the closing branch, not inside it (docs/mindspore-behaviours.md#a-data-dependent-if-inside-another-leaks-host-memory).
+        # Reads `ready`, a Parameter: a Tensor computed outside this `if` and used in it leaks (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
         if self.ready:
             return self._update(grads, factor, clear)
         return FALSE
@@ -459,7 +456,6 @@ class Accumulator:
         ops.assign_add(self.update_count, ONE_INT)
         if clear:
             buffers.clear(self.buffers)
-        ops.assign(self.ready, FALSE)
         return TRUE
 
     def _packed(self, grads, count=None):
