@@ -36,25 +36,26 @@ def _plain_sum(tensor):
     return float32(tensor).sum()
 
 
-def _row_width(size):
-    """The widest of 64, 32, ..., 2 that divides ``size``: a flat bucket's rows for ``_row_sums``; 1 if none."""
-    for width in (64, 32, 16, 8, 4, 2):
-        if size % width == 0:
-            return width
-    return 1
+# A flat bucket's row length for ``_row_sums``: rows of 64, and the few elements past the last whole row apart.
+ROW = 64
+_slice = ops.Slice()
 
 
 def _row_sums(tensor):
-    """A column of partial sums by MatMul: a matrix's row sums, a flat bucket's as rows of up to 64."""
+    """A column of partial sums by MatMul: a matrix's row sums; a flat bucket's as rows of ``ROW`` and its rest."""
     tensor = float32(tensor)
-    if tensor.ndim < 2:
-        width = _row_width(tensor.size)
-        if width == 1:
-            return ops.matmul(tensor.reshape((1, -1)), ones((tensor.size, 1)))
-        # Rows, not one (1, size) row, a slower MatMul (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
-        return ops.matmul(tensor.reshape((-1, width)), ones((width, 1)))
-    rows = tensor.reshape((tensor.shape[0], -1))
-    return ops.matmul(rows, ones((rows.shape[1], 1)))
+    if tensor.ndim >= 2:
+        rows = tensor.reshape((tensor.shape[0], -1))
+        return ops.matmul(rows, ones((rows.shape[1], 1)))
+    whole, rest = tensor.size // ROW, tensor.size % ROW
+    # Rows, not one (1, size) row nor narrower ones, slower MatMuls (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+    if rest == 0:
+        return ops.matmul(tensor.reshape((-1, ROW)), ones((ROW, 1)))
+    tail = ops.matmul(_slice(tensor, (whole * ROW,), (rest,)).reshape((1, -1)), ones((rest, 1)))
+    if whole == 0:
+        return tail
+    head = ops.matmul(_slice(tensor, (0,), (whole * ROW,)).reshape((-1, ROW)), ones((ROW, 1)))
+    return ops.concat((head, tail))
 
 
 def total(by_matmul, tensors):
