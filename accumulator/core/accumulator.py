@@ -428,8 +428,10 @@ class Accumulator:
         for policy, own in zip(self.hooks["close_window"], tensors):
             policy.close_window(own, summary)
         if self.hooks["gate"] or nonempty is not None:
-            ops.assign_add(self.skipped_windows, ops.logical_and(ops.logical_not(applied), summary["nonempty"])
-                           .astype(ms.int32))
+            skipped = ops.logical_not(applied)
+            if nonempty is not None:  # a Python test: a full window is never empty
+                skipped = ops.logical_and(skipped, nonempty)
+            ops.assign_add(self.skipped_windows, skipped.astype(ms.int32))
         ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
