@@ -264,10 +264,12 @@ class Accumulator:
         if full:
             if self.samples_last:  # a Python test: an empty call here is a side effect MindSpore warns of
                 self._sample_last(flats, count, kept)
-            self._close_window()
-            if self.hooks["gate"]:  # a Python test: a gate may skip the window, which the close left in `ready`
+            if self.hooks["gate"]:  # a Python test: a gate may skip the window, which the close leaves in `ready`
+                self._close_window()
                 return self._update_if_ready()
-            return self._update()
+            # Nothing can skip it: the update scales the sums as it takes them, not written back first.
+            grads, factor, _ = self._closed(None)
+            return self._update(grads, factor)
         return FALSE
 
     def accumulate(self, grads, count=None, last=None):
