@@ -36,26 +36,29 @@ def _plain_sum(tensor):
     return float32(tensor).sum()
 
 
-# A flat bucket's row length for ``_row_sums``: rows of 64, and the few elements past the last whole row apart.
+# A flat bucket's row length for ``_column_sums``: rows of 64, and the few elements past the last whole row apart.
 ROW = 64
+# The most elements a flat tensor may have to be summed in one MatMul, a row by a column of ones: faster than rows
+# up to here, slower past (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+ONE_ROW_ELEMENTS = 1 << 15
 _slice = ops.Slice()
 
 
-def _row_sums(tensor):
-    """A column of partial sums by MatMul: a matrix's row sums; a flat bucket's as rows of ``ROW`` and its rest."""
+def _column_sums(tensor):
+    """A row of partial sums by MatMul: a matrix's column sums; a flat bucket's as rows of ``ROW``, its rest as is."""
     tensor = float32(tensor)
     if tensor.ndim >= 2:
         rows = tensor.reshape((tensor.shape[0], -1))
-        return ops.matmul(rows, ones((rows.shape[1], 1)))
+        # ones @ rows, not rows @ ones: the faster MatMul (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+        return ops.matmul(ones((1, rows.shape[0])), rows)
+    if tensor.size <= ONE_ROW_ELEMENTS:
+        return ops.matmul(tensor.reshape((1, -1)), ones((tensor.size, 1)))
     whole, rest = tensor.size // ROW, tensor.size % ROW
-    # Rows, not one (1, size) row nor narrower ones, slower MatMuls (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
     if rest == 0:
-        return ops.matmul(tensor.reshape((-1, ROW)), ones((ROW, 1)))
-    tail = ops.matmul(_slice(tensor, (whole * ROW,), (rest,)).reshape((1, -1)), ones((rest, 1)))
-    if whole == 0:
-        return tail
-    head = ops.matmul(_slice(tensor, (0,), (whole * ROW,)).reshape((-1, ROW)), ones((ROW, 1)))
-    return ops.concat((head, tail))
+        return ops.matmul(ones((1, whole)), tensor.reshape((-1, ROW)))
+    tail = _slice(tensor, (whole * ROW,), (rest,)).reshape((1, -1))
+    head = ops.matmul(ones((1, whole)), _slice(tensor, (0,), (whole * ROW,)).reshape((-1, ROW)))
+    return ops.concat((head, tail), 1)
 
 
 def total(by_matmul, tensors):
@@ -67,8 +70,8 @@ def total(by_matmul, tensors):
     """
     if not by_matmul:
         return ops.addn(_hyper_map(_plain_sum, tensors))
-    column = ops.concat(_hyper_map(_row_sums, tensors))
-    return ops.matmul(ones((1, column.shape[0])), column).reshape(())
+    row = ops.concat(_hyper_map(_column_sums, tensors), 1)
+    return ops.matmul(row, ones((row.shape[1], 1))).reshape(())
 
 
 def squared_total(by_matmul, tensors):

@@ -145,7 +145,9 @@ class Accumulator:
         self.weight_total = state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = state_parameter(0, ms.int32, "skipped_windows")
-        self.ready = state_parameter(False, ms.bool_, "ready")  # set by each close, read after it: not checkpointed
+        # Set by each close, read after it, so not checkpointed: whether the window applies, and by what factor.
+        self.ready = state_parameter(False, ms.bool_, "ready")
+        self.window_factor = state_parameter(1.0, ms.float32, "window_factor")
         self.policies = []
         self.hooks = {hook: [] for hook in HOOKS}
         self.needs = {"norm": False, "finite": False}  # what the window summary computes
@@ -265,9 +267,8 @@ class Accumulator:
             if self.samples_last:  # a Python test: an empty call here is a side effect MindSpore warns of
                 self._sample_last(flats, count, kept)
             if self.hooks["gate"]:  # a Python test: a gate may skip the window, which the close leaves in `ready`
-                self._close_window()
-                return self._update_if_ready()
-            # Nothing can skip it: the update scales the sums as it takes them, not written back first.
+                return self._update_if_ready(None, self._close_held())
+            # Nothing can skip it: the close's own Tensors go to the update, with no Parameter to hold them.
             grads, factor, _ = self._closed(None)
             return self._update(grads, factor)
         return FALSE
@@ -369,12 +370,10 @@ class Accumulator:
             >>> bool(accumulator((Tensor([1.0]),))), bool(accumulator.flush()), bool(accumulator.flush())
             (False, True, False)
         """
-        # No `if` on emptiness; cleared after the update, so the update scales them as it hands them over.
+        # No `if` on emptiness: an empty window is not `ready`.
         closed = self._closed(self.micro_step > 0)
         # Not unpacked: an unused `applied` would be a side-effect node MindSpore warns it dropped.
-        updated = self._update_if_ready(closed[0], closed[1], clear=False)
-        buffers.clear(self.buffers)
-        return updated
+        return self._update_if_ready(closed[0], closed[1])
 
     def end_window(self):
         """``step()``'s first stage: closes the window; returns int32 ``[applied, next N, micro-batches in it]``.
@@ -406,6 +405,17 @@ class Accumulator:
             buffers.scale_into(self.buffers, grads, factor)
         return applied
 
+    def _close_held(self):
+        """Closes a full window for an update that reads only Parameters (``_update_if_ready``): the reduced sums
+        written back, the factor held in ``window_factor``; returns that Parameter, or None when nothing scales."""
+        grads, factor, _ = self._closed(None)
+        if self.grad_reducer is not None:
+            buffers.scale_into(self.buffers, grads, None)
+        if factor is None:
+            return None
+        ops.assign(self.window_factor, factor)
+        return self.window_factor
+
     def _closed(self, nonempty):
         """The close's stages: reduce, summarise, the policies' factors, gates and ends, the counters reset.
         ``nonempty``: None for a full window, else a bool Tensor (False: nothing in it). Returns ``(grads, factor,
@@ -423,9 +433,11 @@ class Accumulator:
                            TRUE if nonempty is None else nonempty)
         for policy in self.hooks["factor"]:
             factor = _product(factor, policy.factor(summary))
-        applied = summary["nonempty"]
+        applied = nonempty
         for policy in self.hooks["gate"]:
-            applied = ops.logical_and(applied, policy.gate(summary))
+            gate = policy.gate(summary)
+            applied = gate if applied is None else ops.logical_and(applied, gate)
+        applied = TRUE if applied is None else applied
         summary["applied"] = applied
         for policy, own in zip(self.hooks["close_window"], tensors):
             policy.close_window(own, summary)
@@ -441,13 +453,14 @@ class Accumulator:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         return grads, factor, applied
 
-    def _update_if_ready(self, grads=None, factor=None, clear=True):
-        # Reads `ready`, a Parameter: a Tensor computed outside this `if` and used in it leaks (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
+    def _update_if_ready(self, grads=None, factor=None):
+        # Reads `ready`, a Parameter; nested, it must read only Parameters (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
         if self.ready:
-            return self._update(grads, factor, clear)
+            return self._update(grads, factor)
+        buffers.clear(self.buffers)
         return FALSE
 
-    def _update(self, grads=None, factor=None, clear=True):
+    def _update(self, grads=None, factor=None):
         grads = self.buffers if grads is None else grads
         if factor is not None:
             grads = buffers.scaled(grads, factor)
@@ -458,8 +471,7 @@ class Accumulator:
         for policy in self.hooks["after_update"]:
             policy.after_update()
         ops.assign_add(self.update_count, ONE_INT)
-        if clear:
-            buffers.clear(self.buffers)
+        buffers.clear(self.buffers)
         return TRUE
 
     def _packed(self, grads, count=None):
