@@ -347,7 +347,7 @@ def _build_window_ema(spec):
 
 
 @register("first_example", "docs/window-step.md's first example: each window as the pipeline yields it (numpy), cut "
-          "into micro-batch Tensors on the host, make_window_step over them with their counts", modes=("graph",))
+          "into micro-batches on the host, make_window_step over them with their counts", modes=("graph",))
 def _build_first_example(spec):
     import mindspore as ms
     from accumulator import Accumulator, make_window_step
@@ -362,7 +362,7 @@ def _build_first_example(spec):
     b, x, y = spec["batch"], *numpy_data(spec, spec["batch"] * spec["accumulate"])
 
     def step():
-        micro = [(ms.Tensor(x[i:i + b]), ms.Tensor(y[i:i + b])) for i in range(0, len(y), b)]
+        micro = [(x[i:i + b], y[i:i + b]) for i in range(0, len(y), b)]
         window_step(micro, counts=[len(labels) for _, labels in micro])
 
     return Runner(step, len(y), _nbytes(accumulator.state_parameters()), _nbytes(optimizer.parameters), _ms_sync,

@@ -170,6 +170,17 @@ def _tensor(array):
     return None if array is None else Tensor(array)
 
 
+def _stacked(micro_batches):
+    """Each argument of ``micro_batches`` stacked: numpy arrays by ``np.stack`` on the host, one Tensor each (a few
+    eager ``ops.stack`` cost more, docs/window-step.md#the-first-example-a-mindsporedataset-pipeline-a-window-per-call)."""
+    return _variables(Tensor(np.stack(column)) if isinstance(column[0], np.ndarray) else ops.stack(column)
+                      for column in zip(*micro_batches))
+
+
+def _as_tensors(micro_batch):
+    return _variables(Tensor(t) if isinstance(t, np.ndarray) else t for t in micro_batch)
+
+
 def _check_stacked(inputs):
     if not inputs or not all(isinstance(t, Tensor) for t in inputs):
         raise TypeError("pass the window as stacked Tensors [micro-batches, ...] or as a list of micro-batch tuples")
@@ -219,7 +230,8 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
           last, shorter window) compiles once more; with a schedule that
           changes N, one graph takes every number.
         * ``micro_batches``: a list or tuple of per-micro-batch argument
-          tuples, e.g. from ``data.mnist.mnist_windows``. Runs of equal shapes
+          tuples, of Tensors or numpy arrays (stacked on the host, faster),
+          e.g. from ``data.mnist.mnist_windows``. Runs of equal shapes
           are stacked and looped. A window whose last micro-batch alone holds
           fewer samples (an uneven window, every epoch alike) stays one compiled
           call, compiled once for its pair of shapes; any other mix goes
@@ -292,24 +304,23 @@ def make_window_step(grad_fn: Callable, accumulator: Accumulator) -> Callable[..
         runs = _runs(micro_batches)
         if len(runs) == 1:
             # The common case stays one compiled call, flush included.
-            stacked = _variables(ops.stack(column) for column in zip(*micro_batches))
-            return apply_loop(stacked, _tensor(counts), Tensor(micro_steps, ms.int32))
+            return apply_loop(_stacked(micro_batches), _tensor(counts), Tensor(micro_steps, ms.int32))
         if len(runs) == 2 and runs[1][0] == micro_steps - 1 and _short_last(micro_batches):
             # Equal micro-batches and a shorter last (an uneven window): still one compiled call.
-            stacked = _variables(ops.stack(column) for column in zip(*micro_batches[:-1]))
+            stacked = _stacked(micro_batches[:-1])
             head_counts = None if counts is None else counts[:-1]
             tail_count = None if counts is None else Tensor(counts[-1])
             return uneven_loop(stacked, _tensor(head_counts), Tensor(micro_steps - 1, ms.int32),
-                               _variables(micro_batches[-1]), tail_count)
+                               _as_tensors(micro_batches[-1]), tail_count)
         loss_sum = ZERO_FLOAT
         for start, stop in runs:
             ends_window = stop == micro_steps
             if stop - start == 1:
                 count = None if counts is None else Tensor(counts[start])
-                loss_sum = loss_sum + add_ones[ends_window](_variables(micro_batches[start]), count)
+                loss_sum = loss_sum + add_ones[ends_window](_as_tensors(micro_batches[start]), count)
             else:
                 run_counts = None if counts is None else counts[start:stop]
-                stacked = _variables(ops.stack(column) for column in zip(*micro_batches[start:stop]))
+                stacked = _stacked(micro_batches[start:stop])
                 loss_sum = loss_sum + add_loops[ends_window](stacked, _tensor(run_counts),
                                                              Tensor(stop - start, ms.int32))
         return loss_sum, flush()

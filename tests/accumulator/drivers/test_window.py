@@ -154,9 +154,11 @@ def test_uneven_last_micro_batch_with_counts_is_exact(mode):
     # An epoch's end as mnist_windows yields it: a full window, then one
     # whose last micro-batch is smaller. Count weighting makes it exact:
     # each window's update is one plain step on its whole batch (16, then 11 samples).
+    # Fed as numpy arrays, as the README's pipeline cuts them: stacked on the host.
     windows = make_windows([[4, 4, 4, 4], [4, 4, 3]])
     counts = [[len(x) for x, _ in window] for window in windows]
-    state, losses, updated, accumulator = window_step_run(windows, 4, counts=counts, stacked=False)
+    numpy_windows = [[(x.asnumpy(), y.asnumpy()) for x, y in window] for window in windows]
+    state, losses, updated, accumulator = window_step_run(numpy_windows, 4, counts=counts, stacked=False)
     assert updated == [True, True]
     assert (int(accumulator.update_count), int(accumulator.micro_step)) == (2, 0)
 
