@@ -306,6 +306,18 @@ def _build_two_graph_floor(spec):
                   _ms_weights(optimizer))
 
 
+@register("window_floor", "the least the window step's design can cost: the two-graph floor's micro-steps in a "
+          "while loop, then its optimizer and clear under an if, one graph a window", modes=("graph",), experiment=True)
+def _build_window_floor(spec):
+    import mindspore as ms
+    from benchmarks.floor import make_window_floor
+    optimizer, grad_fn, x, y = _stacked_window(spec)
+    window, buffers = make_window_floor(grad_fn, optimizer)
+    n = ms.Tensor(x.shape[0], ms.int32)
+    return Runner(lambda: window(x, y, n), x.shape[0] * x.shape[1], _nbytes(buffers), _nbytes(optimizer.parameters),
+                  _ms_sync, _ms_weights(optimizer))
+
+
 def _stacked_window(spec):
     """Optimizer, grad function and one window of stacked ``[N, B, ...]`` data, for the window-step rows."""
     import mindspore as ms

@@ -1,9 +1,10 @@
-"""The floors the docs cite: the least a window's apply, and the recommended step's design, can cost.
+"""The floors the docs cite: the least a window's apply, the recommended step's design and the window step's can cost.
 
 ``make_apply_floor``: the optimizer and a clear over one buffer per
 parameter, one compiled call; ``make_two_graph_floor``: a jitted micro-step
 adding into those buffers, then that apply as a graph of its own once a
-window. No mean, no checks, no counters, no buckets: the gap between a floor
+window; ``make_window_floor``: the micro-steps in a ``while`` loop and the
+apply under an ``if``, one graph a window. No mean, no checks, no counters, no buckets: the gap between a floor
 and the Accumulator's row is what its bookkeeping costs. The helpers are
 this module's own, so the floors stay bare whatever the Accumulator does.
 (The micro floor is the Accumulator's own micro-step with no window applied:
@@ -13,6 +14,7 @@ import mindspore as ms
 from mindspore import ops
 
 _hyper_map = ops.HyperMap()
+_TRUE, _FALSE = ms.Tensor(True), ms.Tensor(False)
 
 
 # Module-level helpers: MindSpore 2.10 fails to compile lambdas inside in-graph branches.
@@ -96,3 +98,49 @@ def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
             apply()
 
     return step, buffers
+
+
+def make_window_floor(grad_fn, optimizer):
+    """A jitted ``window(x, y, n)``: the least the window step's design (a window per compiled call) can cost.
+
+    The two-graph floor's micro-steps in a ``while`` loop over the stacked
+    window (``x``, ``y``: ``[n, B, ...]``), then the optimizer and a clear
+    under an ``if`` on a Parameter, in the same graph, as the window step
+    applies a window it may skip: no mean, no check, no counters, no buckets
+    and no split. The ``window_floor`` row times it beside the window step.
+    Returns the function, which returns the losses summed and True, and the buffers.
+
+    Example:
+        >>> import numpy as np
+        >>> from mindspore import Tensor, nn
+        >>> net = nn.Dense(3, 1, weight_init="zeros", bias_init="zeros")
+        >>> optimizer = nn.SGD(net.trainable_params(), learning_rate=0.5)
+        >>> grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
+        >>> window, buffers = make_window_floor(grad_fn, optimizer)
+        >>> x, y = Tensor(np.ones((2, 4, 3), np.float32)), Tensor(np.ones((2, 4, 1), np.float32))
+        >>> loss_sum, applied = window(x, y, Tensor(2, ms.int32))
+        >>> float(loss_sum), bool(applied), net.bias.asnumpy()  # 2 gradients of -2 summed, one SGD step
+        (2.0, True, array([2.], dtype=float32))
+    """
+    buffers = optimizer.parameters.clone(prefix="window_floor", init="zeros")
+    applies = ms.Parameter(ms.Tensor(True), name="window_floor.applies", requires_grad=False)
+
+    def apply():
+        # Every path returns, and the `if` reads a Parameter: as the Accumulator's flush.
+        if applies:
+            optimizer(buffers)
+            _hyper_map(_clear, buffers)
+            return _TRUE
+        return _FALSE
+
+    def window(x, y, n):
+        i = ms.Tensor(0, ms.int32)
+        loss_sum = ms.Tensor(0.0, ms.float32)
+        while i < n:
+            loss, grads = grad_fn(x[i], y[i])
+            _hyper_map(_add_into, buffers, grads)
+            loss_sum = loss_sum + loss
+            i = i + 1
+        return loss_sum, apply()
+
+    return ms.jit(window), buffers
