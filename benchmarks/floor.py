@@ -110,16 +110,14 @@ def make_window_floor(grad_fn, optimizer):
     and no split. The ``window_floor`` row times it beside the window step.
     Returns the function, which returns the losses summed and True, and the buffers.
 
-    Example:
-        >>> import numpy as np
-        >>> from mindspore import Tensor, nn
+    Example: two micro-batches whose bias gradient is -2, summed, one SGD step at learning rate 0.5.
+        >>> from mindspore import nn
         >>> net = nn.Dense(3, 1, weight_init="zeros", bias_init="zeros")
-        >>> optimizer = nn.SGD(net.trainable_params(), learning_rate=0.5)
-        >>> grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.MSELoss()), None, optimizer.parameters)
-        >>> window, buffers = make_window_floor(grad_fn, optimizer)
-        >>> x, y = Tensor(np.ones((2, 4, 3), np.float32)), Tensor(np.ones((2, 4, 1), np.float32))
-        >>> loss_sum, applied = window(x, y, Tensor(2, ms.int32))
-        >>> float(loss_sum), bool(applied), net.bias.asnumpy()  # 2 gradients of -2 summed, one SGD step
+        >>> loss_fn = nn.WithLossCell(net, nn.MSELoss())
+        >>> window, _ = make_window_floor(ms.value_and_grad(loss_fn, None, net.trainable_params()),
+        ...                               nn.SGD(net.trainable_params(), learning_rate=0.5))
+        >>> loss_sum, applied = window(ops.ones((2, 4, 3)), ops.ones((2, 4, 1)), ms.Tensor(2, ms.int32))
+        >>> float(loss_sum), bool(applied), net.bias.asnumpy()
         (2.0, True, array([2.], dtype=float32))
     """
     buffers = optimizer.parameters.clone(prefix="window_floor", init="zeros")
