@@ -4,9 +4,10 @@
 parameter, one compiled call; ``make_two_graph_floor``: a jitted micro-step
 adding into those buffers, then that apply as a graph of its own once a
 window; ``make_window_floor``: the micro-steps in a ``while`` loop and the
-apply under an ``if``, one graph a window. No mean, no checks, no counters, no buckets: the gap between a floor
-and the Accumulator's row is what its bookkeeping costs. The helpers are
-this module's own, so the floors stay bare whatever the Accumulator does.
+apply under an ``if``, one graph a window. No mean, no checks, no counters,
+no buckets: the gap between a floor and the Accumulator's row is what its
+bookkeeping costs. The helpers are this module's own, so the floors stay
+bare whatever the Accumulator does.
 (The micro floor is the Accumulator's own micro-step with no window applied:
 ``contenders``' ``micro_floor``.)
 """

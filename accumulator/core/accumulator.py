@@ -145,7 +145,8 @@ class Accumulator:
         self.weight_total = state_parameter(0.0, ms.float32, "weight_total")
         self.update_count = state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = state_parameter(0, ms.int32, "skipped_windows")
-        # Set by each close, read after it, so not checkpointed: whether the window applies, and by what factor.
+        # Written by a close and read by the update right after it, so not checkpointed: whether the window applies
+        # (every close) and, for the in-graph call's gated update, by what factor (``_close_held``).
         self.ready = state_parameter(False, ms.bool_, "ready")
         self.window_factor = state_parameter(1.0, ms.float32, "window_factor")
         self.policies = []
