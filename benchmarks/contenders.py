@@ -288,10 +288,7 @@ def _build_apply_floor(spec):
                   _ms_sync, _ms_weights(optimizer))
 
 
-@register("two_graph_floor", "the least the recommended step's design can cost: a jitted micro-step adding into one "
-          "buffer per parameter, and apply_floor's optimizer and clear as a graph of its own after every N-th (no "
-          "mean, no check, no counters, no split)", modes=("graph",), experiment=True)
-def _build_two_graph_floor(spec):
+def _two_graph_floor(spec, checked=False):
     import mindspore as ms
     from benchmarks.floor import make_two_graph_floor
     net, optimizer, loss_fn, data = _setup(spec)
@@ -300,10 +297,24 @@ def _build_two_graph_floor(spec):
         return loss_fn(net, x, y)
 
     step, buffers = make_two_graph_floor(ms.value_and_grad(forward, None, optimizer.parameters), optimizer,
-                                         spec["accumulate"])
+                                         spec["accumulate"], checked)
     x, y = data(spec["batch"])
     return Runner(lambda: step(x, y), spec["batch"], _nbytes(buffers), _nbytes(optimizer.parameters), _ms_sync,
                   _ms_weights(optimizer))
+
+
+@register("two_graph_floor", "the least the recommended step's design can cost: a jitted micro-step adding into one "
+          "buffer per parameter, and apply_floor's optimizer and clear as a graph of its own after every N-th (no "
+          "mean, no check, no counters, no split)", modes=("graph",), experiment=True)
+def _build_two_graph_floor(spec):
+    return _two_graph_floor(spec)
+
+
+@register("checked_floor", "two_graph_floor skipping a window of NaN or Inf exactly, as the Accumulator does by "
+          "default: its apply graph runs the optimizer under an if on the buffers' sum of squares being finite",
+          modes=("graph",), experiment=True)
+def _build_checked_floor(spec):
+    return _two_graph_floor(spec, checked=True)
 
 
 @register("window_floor", "the least the window step's design can cost: the two-graph floor's micro-steps in a "

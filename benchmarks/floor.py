@@ -27,14 +27,21 @@ def _clear(buffer):
     return ops.assign(buffer, ops.zeros_like(buffer))
 
 
-def make_apply_floor(optimizer):
+def _squares(buffer):
+    return (buffer * buffer).sum()
+
+
+def make_apply_floor(optimizer, checked=False):
     """A jitted ``apply()``: the optimizer and a clear over one buffer per parameter; and the buffers.
 
     The least a window's apply costs: what any accumulator must run once a
     window, with no checks, no mean, no counters and no split. The
     ``apply_floor`` row times it against what the recommended step pays per
-    window beyond its micro-steps. The buffers start as ones, so the first
-    call moves the weights; the kernels cost the same on the zeros after it.
+    window beyond its micro-steps. ``checked``: the optimizer runs only when
+    the buffers' sum of squares is finite, under an ``if``, the least an
+    exact skip of a window of NaN or Inf costs (the Accumulator's default).
+    The buffers start as ones, so the first call moves the weights; the
+    kernels cost the same on the zeros after it.
 
     Example:
         >>> import numpy as np
@@ -46,11 +53,23 @@ def make_apply_floor(optimizer):
         >>> _ = apply()
         >>> round(float(net.bias.asnumpy()[0]) - bias, 4), float(buffers[1].asnumpy()[0])  # one SGD step on ones
         (-0.5, 0.0)
+
+    Checked, a window holding a NaN moves nothing and is cleared:
+        >>> checked, buffers = make_apply_floor(optimizer, checked=True)
+        >>> _ = buffers[1].set_data(ms.Tensor([float("nan")]))
+        >>> bias = float(net.bias.asnumpy()[0])
+        >>> _ = checked()
+        >>> float(net.bias.asnumpy()[0]) == bias, float(buffers[1].asnumpy()[0])
+        (True, 0.0)
     """
     buffers = optimizer.parameters.clone(prefix="apply_floor", init="ones")
 
     def apply():
-        optimizer(buffers)
+        if checked:  # a Python test: the unchecked apply has no `if`
+            if ops.isfinite(ops.addn(_hyper_map(_squares, buffers))):
+                optimizer(buffers)
+        else:
+            optimizer(buffers)
         _hyper_map(_clear, buffers)
         # One scalar out, as step()'s calls return: each output a graph returns costs its own copy.
         return buffers[0].sum()
@@ -58,7 +77,7 @@ def make_apply_floor(optimizer):
     return ms.jit(apply), buffers
 
 
-def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
+def make_two_graph_floor(grad_fn, optimizer, accumulate_step, checked=False):
     """A ``step(x, y)``: the least the recommended step's design (a micro-step graph, an apply graph) can cost.
 
     A jitted micro-step that adds its gradients into one buffer per
@@ -66,7 +85,8 @@ def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
     optimizer-and-clear as a graph of its own, called from the host: no mean,
     no check, no counters, no buckets and no split. The ``two_graph_floor``
     row times it beside the recommended step, which does the same work plus
-    those. Returns the step and the buffers.
+    those; ``checked_floor`` with ``checked`` (``make_apply_floor``'s).
+    Returns the step and the buffers.
 
     Example:
         >>> import numpy as np
@@ -81,7 +101,7 @@ def make_two_graph_floor(grad_fn, optimizer, accumulate_step):
         >>> step(x, y); net.bias.asnumpy(), float(buffers[1].asnumpy()[0])  # ones + 2 gradients of -2, cleared
         (array([1.5], dtype=float32), 0.0)
     """
-    apply, buffers = make_apply_floor(optimizer)
+    apply, buffers = make_apply_floor(optimizer, checked)
 
     def micro_step(x, y):
         loss, grads = grad_fn(x, y)
