@@ -317,16 +317,26 @@ def _build_checked_floor(spec):
     return _two_graph_floor(spec, checked=True)
 
 
-@register("window_floor", "the least the window step's design can cost: the two-graph floor's micro-steps in a "
-          "while loop, then its optimizer and clear under an if, one graph a window", modes=("graph",), experiment=True)
-def _build_window_floor(spec):
+def _window_floor(spec, checked=False):
     import mindspore as ms
     from benchmarks.floor import make_window_floor
     optimizer, grad_fn, x, y = _stacked_window(spec)
-    window, buffers = make_window_floor(grad_fn, optimizer)
+    window, buffers = make_window_floor(grad_fn, optimizer, checked)
     n = ms.Tensor(x.shape[0], ms.int32)
     return Runner(lambda: window(x, y, n), x.shape[0] * x.shape[1], _nbytes(buffers), _nbytes(optimizer.parameters),
                   _ms_sync, _ms_weights(optimizer))
+
+
+@register("window_floor", "the least the window step's design can cost: the two-graph floor's micro-steps in a "
+          "while loop, then its optimizer and clear under an if, one graph a window", modes=("graph",), experiment=True)
+def _build_window_floor(spec):
+    return _window_floor(spec)
+
+
+@register("checked_window_floor", "window_floor skipping a window of NaN or Inf exactly, as the window step does by "
+          "default: its if on the buffers' sum of squares being finite", modes=("graph",), experiment=True)
+def _build_checked_window_floor(spec):
+    return _window_floor(spec, checked=True)
 
 
 def _stacked_window(spec):

@@ -31,6 +31,10 @@ def _squares(buffer):
     return (buffer * buffer).sum()
 
 
+def _finite(buffers):
+    return ops.isfinite(ops.addn(_hyper_map(_squares, buffers)))
+
+
 def make_apply_floor(optimizer, checked=False):
     """A jitted ``apply()``: the optimizer and a clear over one buffer per parameter; and the buffers.
 
@@ -66,7 +70,7 @@ def make_apply_floor(optimizer, checked=False):
 
     def apply():
         if checked:  # a Python test: the unchecked apply has no `if`
-            if ops.isfinite(ops.addn(_hyper_map(_squares, buffers))):
+            if _finite(buffers):
                 optimizer(buffers)
         else:
             optimizer(buffers)
@@ -121,15 +125,16 @@ def make_two_graph_floor(grad_fn, optimizer, accumulate_step, checked=False):
     return step, buffers
 
 
-def make_window_floor(grad_fn, optimizer):
+def make_window_floor(grad_fn, optimizer, checked=False):
     """A jitted ``window(x, y, n)``: the least the window step's design (a window per compiled call) can cost.
 
     The two-graph floor's micro-steps in a ``while`` loop over the stacked
     window (``x``, ``y``: ``[n, B, ...]``), then the optimizer and a clear
     under an ``if`` on a Parameter, in the same graph, as the window step
     applies a window it may skip: no mean, no check, no counters, no buckets
-    and no split. The ``window_floor`` row times it beside the window step.
-    Returns the function, which returns the losses summed and True, and the buffers.
+    and no split. The ``window_floor`` row times it beside the window step;
+    ``checked_window_floor`` with ``checked``: the ``if`` on the buffers' sum
+    of squares being finite, as ``make_apply_floor``'s. Returns the function, which returns the losses summed and True, and the buffers.
 
     Example: two micro-batches whose bias gradient is -2, summed, one SGD step at learning rate 0.5.
         >>> from mindspore import nn
@@ -145,8 +150,8 @@ def make_window_floor(grad_fn, optimizer):
     applies = ms.Parameter(ms.Tensor(True), name="window_floor.applies", requires_grad=False)
 
     def apply():
-        # Every path returns, and the `if` reads a Parameter: as the Accumulator's flush.
-        if applies:
+        # Every path returns, and unchecked the `if` reads a Parameter: as the Accumulator's flush.
+        if (_finite(buffers) if checked else applies):
             optimizer(buffers)
             _hyper_map(_clear, buffers)
             return _TRUE

@@ -1,7 +1,7 @@
 """benchmarks/contenders.py: every registered row times real training.
 
-By hand: the floors (apply_floor, checked_floor, micro_floor, two_graph_floor, window_floor) run only with experiments;
-with them, every registered contender does.
+By hand: the floors (apply_floor, checked_floor, checked_window_floor, micro_floor, two_graph_floor, window_floor) run
+only with experiments; with them, every registered contender does.
 """
 import numpy as np
 import pytest
@@ -35,5 +35,6 @@ def test_every_contender_trains_one_window_on_a_tiny_net(name):
 
 
 def test_only_the_floors_wait_for_experiments():
-    assert FLOORS == ["apply_floor", "checked_floor", "micro_floor", "two_graph_floor", "window_floor"]
+    assert FLOORS == ["apply_floor", "checked_floor", "checked_window_floor", "micro_floor", "two_graph_floor",
+                      "window_floor"]
     assert default_contenders(experiments=True) == list(CONTENDERS)
