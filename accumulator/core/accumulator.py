@@ -146,7 +146,7 @@ class Accumulator:
         self.update_count = state_parameter(0, ms.int32, "update_count")
         self.skipped_windows = state_parameter(0, ms.int32, "skipped_windows")
         # Written by a close and read by the update right after it, so not checkpointed: whether the window applies
-        # (every close) and, for the in-graph call's gated update, by what factor (``_close_held``).
+        # (the closes whose update may skip: ``flush``, ``_close_held``) and by what factor (``_close_held``).
         self.ready = state_parameter(False, ms.bool_, "ready")
         self.window_factor = state_parameter(1.0, ms.float32, "window_factor")
         self.policies = []
@@ -372,9 +372,9 @@ class Accumulator:
             (False, True, False)
         """
         # No `if` on emptiness: an empty window is not `ready`.
-        closed = self._closed(self.micro_step > 0)
-        # Not unpacked: an unused `applied` would be a side-effect node MindSpore warns it dropped.
-        return self._update_if_ready(closed[0], closed[1])
+        grads, factor, applied = self._closed(self.micro_step > 0)
+        ops.assign(self.ready, applied)
+        return self._update_if_ready(grads, factor)
 
     def end_window(self):
         """``step()``'s first stage: closes the window; returns int32 ``[applied, next N, micro-batches in it]``.
@@ -409,7 +409,8 @@ class Accumulator:
     def _close_held(self):
         """Closes a full window for an update that reads only Parameters (``_update_if_ready``): the reduced sums
         written back, the factor held in ``window_factor``; returns that Parameter, or None when nothing scales."""
-        grads, factor, _ = self._closed(None)
+        grads, factor, applied = self._closed(None)
+        ops.assign(self.ready, applied)
         if self.grad_reducer is not None:
             buffers.scale_into(self.buffers, grads, None)
         if factor is None:
@@ -447,7 +448,6 @@ class Accumulator:
             if nonempty is not None:  # a Python test: a full window is never empty
                 skipped = ops.logical_and(skipped, nonempty)
             ops.assign_add(self.skipped_windows, skipped.astype(ms.int32))
-        ops.assign(self.ready, applied)
         ops.assign(self.micro_step, ZERO_INT)
         ops.assign(self.weight_total, ZERO_FLOAT)
         if self.schedule.fixed_step is None:
