@@ -27,12 +27,22 @@ def _clear(buffer):
     return ops.assign(buffer, ops.zeros_like(buffer))
 
 
-def _squares(buffer):
-    return (buffer * buffer).sum()
+def _total(tensor):
+    flat = tensor.reshape((1, -1))
+    return ops.matmul(flat, ops.ones((flat.shape[1], 1), ms.float32)).reshape(())
 
 
-def _finite(buffers):
-    return ops.isfinite(ops.addn(_hyper_map(_squares, buffers)))
+def finite(tensors):
+    """True when every element of ``tensors`` is finite, as their sum then is; graph code.
+
+    The least an exact skip checks: one MatMul with ones per tensor, the
+    cheapest CPU sum (docs/mindspore-behaviours.md#cpu-reductions-are-slower-than-matmul).
+
+    Example:
+        >>> bool(finite((ms.Tensor([[1.0, 2.0]]), ms.Tensor([3.0])))), bool(finite((ms.Tensor([float("inf")]),)))
+        (True, False)
+    """
+    return ops.isfinite(ops.addn(_hyper_map(_total, tensors)))
 
 
 def make_apply_floor(optimizer, checked=False):
@@ -42,8 +52,8 @@ def make_apply_floor(optimizer, checked=False):
     window, with no checks, no mean, no counters and no split. The
     ``apply_floor`` row times it against what the recommended step pays per
     window beyond its micro-steps. ``checked``: the optimizer runs only when
-    the buffers' sum of squares is finite, under an ``if``, the least an
-    exact skip of a window of NaN or Inf costs (the Accumulator's default).
+    the buffers are ``finite``, under an ``if``, the least an exact skip of a
+    window of NaN or Inf costs (the Accumulator's default).
     The buffers start as ones, so the first call moves the weights; the
     kernels cost the same on the zeros after it.
 
@@ -70,7 +80,7 @@ def make_apply_floor(optimizer, checked=False):
 
     def apply():
         if checked:  # a Python test: the unchecked apply has no `if`
-            if _finite(buffers):
+            if finite(buffers):
                 optimizer(buffers)
         else:
             optimizer(buffers)
@@ -133,8 +143,9 @@ def make_window_floor(grad_fn, optimizer, checked=False):
     under an ``if`` on a Parameter, in the same graph, as the window step
     applies a window it may skip: no mean, no check, no counters, no buckets
     and no split. The ``window_floor`` row times it beside the window step;
-    ``checked_window_floor`` with ``checked``: the ``if`` on the buffers' sum
-    of squares being finite, as ``make_apply_floor``'s. Returns the function, which returns the losses summed and True, and the buffers.
+    ``checked_window_floor`` with ``checked``: the ``if`` on the buffers being
+    ``finite``, as ``make_apply_floor``'s. Returns the function, which returns
+    the losses summed and whether it applied, and the buffers.
 
     Example: two micro-batches whose bias gradient is -2, summed, one SGD step at learning rate 0.5.
         >>> from mindspore import nn
@@ -147,11 +158,11 @@ def make_window_floor(grad_fn, optimizer, checked=False):
         (2.0, True, array([2.], dtype=float32))
     """
     buffers = optimizer.parameters.clone(prefix="window_floor", init="zeros")
-    applies = ms.Parameter(ms.Tensor(True), name="window_floor.applies", requires_grad=False)
+    applies = None if checked else ms.Parameter(ms.Tensor(True), name="window_floor.applies", requires_grad=False)
 
     def apply():
         # Every path returns, and unchecked the `if` reads a Parameter: as the Accumulator's flush.
-        if (_finite(buffers) if checked else applies):
+        if (finite(buffers) if checked else applies):
             optimizer(buffers)
             _hyper_map(_clear, buffers)
             return _TRUE
