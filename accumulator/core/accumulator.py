@@ -454,7 +454,7 @@ class Accumulator:
             ops.assign(self.accumulate_step, self.schedule(self.update_count + applied.astype(ms.int32)))
         return grads, factor, applied
 
-    def _update_if_ready(self, grads=None, factor=None):
+    def _update_if_ready(self, grads, factor):
         # Reads `ready`, a Parameter; nested, it must read only Parameters (docs/mindspore-behaviours.md#branches-that-leak-host-memory).
         if self.ready:
             return self._update(grads, factor)
