@@ -409,10 +409,12 @@ class Accumulator:
     def _close_held(self):
         """Closes a full window for an update that reads only Parameters (``_update_if_ready``): the reduced sums
         written back, the factor held in ``window_factor``; returns that Parameter, or None when nothing scales."""
-        grads, factor, applied = self._closed(None)
-        ops.assign(self.ready, applied)
+        # Indexed, not unpacked: sums left unread warn on every compile (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
+        closed = self._closed(None)
+        factor = closed[1]
+        ops.assign(self.ready, closed[2])
         if self.grad_reducer is not None:
-            buffers.scale_into(self.buffers, grads, None)
+            buffers.scale_into(self.buffers, closed[0], None)
         if factor is None:
             return None
         ops.assign(self.window_factor, factor)
