@@ -269,9 +269,10 @@ class Accumulator:
                 self._sample_last(flats, count, kept)
             if self.hooks["gate"]:  # a Python test: a gate may skip the window, which the close leaves in `ready`
                 return self._update_if_ready(None, self._close_held())
-            # Nothing can skip it: the close's own Tensors go to the update, with no Parameter to hold them.
-            grads, factor, _ = self._closed(None)
-            return self._update(grads, factor)
+            # Nothing can skip it: the close's own Tensors go to the update, with no Parameter to hold them
+            # (indexed: an element unpacked and unread warns, docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
+            closed = self._closed(None)
+            return self._update(closed[0], closed[1])
         return FALSE
 
     def accumulate(self, grads, count=None, last=None):
@@ -409,7 +410,7 @@ class Accumulator:
     def _close_held(self):
         """Closes a full window for an update that reads only Parameters (``_update_if_ready``): the reduced sums
         written back, the factor held in ``window_factor``; returns that Parameter, or None when nothing scales."""
-        # Indexed, not unpacked: sums left unread warn on every compile (docs/mindspore-behaviours.md#python-values-in-a-graph-is-true-tuples-and-views).
+        # Indexed, as in __call__: the sums go unread without a reducer.
         closed = self._closed(None)
         factor = closed[1]
         ops.assign(self.ready, closed[2])

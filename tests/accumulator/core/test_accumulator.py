@@ -119,12 +119,14 @@ def test_with_and_without_jit(graph_mode, use_jit):
     assert_states_close(optimizer_state(optimizer), expected)
 
 
-def test_the_in_graph_call_compiles_without_a_warning(graph_mode, capfd):
+@pytest.mark.parametrize("skip_nonfinite", [True, False])
+def test_the_in_graph_call_compiles_without_a_warning(graph_mode, capfd, skip_nonfinite):
     # MindSpore warns "Some side effect nodes were eliminated by mistake" when a close's result is left unread.
     x, y = make_data(8)
     net = make_net()
     optimizer = make_optimizer("sgd", net.trainable_params())
-    step = accumulated_step(Accumulator(optimizer, 2), grad_fn_for(net, optimizer))
+    accumulator = Accumulator(optimizer, 2, skip_nonfinite=skip_nonfinite)
+    step = accumulated_step(accumulator, grad_fn_for(net, optimizer))
     for data, label in split(x, y, [4, 4]):
         step(data, label)
     assert "eliminated by mistake" not in capfd.readouterr().err
