@@ -311,8 +311,8 @@ def _build_two_graph_floor(spec):
 
 
 @register("checked_floor", "two_graph_floor skipping a window of NaN or Inf exactly, as the Accumulator does by "
-          "default: its apply graph runs the optimizer under an if on the buffers' sum of squares being finite",
-          modes=("graph",), experiment=True)
+          "default: its apply graph runs the optimizer under an if on the buffers being finite "
+          "(benchmarks.floor.finite)", modes=("graph",), experiment=True)
 def _build_checked_floor(spec):
     return _two_graph_floor(spec, checked=True)
 
@@ -334,7 +334,7 @@ def _build_window_floor(spec):
 
 
 @register("checked_window_floor", "window_floor skipping a window of NaN or Inf exactly, as the window step does by "
-          "default: its if on the buffers' sum of squares being finite", modes=("graph",), experiment=True)
+          "default: its if on the buffers being finite (benchmarks.floor.finite)", modes=("graph",), experiment=True)
 def _build_checked_window_floor(spec):
     return _window_floor(spec, checked=True)
 
